@@ -1,0 +1,1 @@
+"""Sparkpoint controller: pipeline-wide progress, checkpoints, savepoints."""

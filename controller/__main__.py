@@ -1,0 +1,3 @@
+from controller.main import main
+
+main()

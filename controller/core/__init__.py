@@ -1,0 +1,1 @@
+"""The controller's transport-agnostic core: gRPC and REST adapt to it."""

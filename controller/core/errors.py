@@ -1,0 +1,17 @@
+"""Errors the core raises; each transport maps them to its status codes in one place."""
+
+
+class ControllerError(Exception):
+    """Base: the message is safe to show to users."""
+
+
+class InvalidRequest(ControllerError):
+    """The request itself is malformed (gRPC INVALID_ARGUMENT, HTTP 400)."""
+
+
+class NotFound(ControllerError):
+    """The named thing does not exist (gRPC NOT_FOUND, HTTP 404)."""
+
+
+class Conflict(ControllerError):
+    """The request contradicts the controller's state (gRPC FAILED_PRECONDITION, HTTP 409)."""

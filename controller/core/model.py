@@ -1,0 +1,85 @@
+"""The controller's domain types, independent of gRPC and REST."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class WorkerState(str, enum.Enum):
+    STARTING = "starting"
+    RECOVERING = "recovering"
+    RUNNING = "running"
+    FAILED = "failed"
+    FINISHED = "finished"
+
+
+class ReportStatus(str, enum.Enum):
+    """Outcome of a report. Duplicates and late reports are expected races, not errors."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    STALE = "stale"
+    UNKNOWN_WORKER = "unknown_worker"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    checkpoint_id: int
+    batch_ids: dict[str, int] = field(default_factory=dict)
+    size_bytes: int = 0
+    duration_ms: float = 0.0
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Registration:
+    worker_id: str
+    worker_index: int
+    worker_count: int
+    pipeline_fingerprint: str
+    node_names: tuple[str, ...] = ()
+    checkpoints: tuple[CheckpointInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class RestoreDecision:
+    """What a worker restores: nothing, a checkpoint id, or a savepoint id."""
+
+    checkpoint_id: int | None = None
+    savepoint_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RegisterResult:
+    session_id: str
+    worker_index: int
+    worker_count: int
+    restore: RestoreDecision
+
+
+@dataclass(frozen=True)
+class QueryProgress:
+    name: str
+    batch_id: int = -1
+    offsets: dict[str, int] = field(default_factory=dict)
+    rows_processed: int = 0
+    rows_per_second: float = 0.0
+    active: bool = True
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    worker_id: str
+    session_id: str
+    seq: int
+    state: WorkerState
+    queries: tuple[QueryProgress, ...] = ()
+    dropped_checkpoints: int = 0
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    status: ReportStatus
+    commands: tuple[str, ...] = ()

@@ -1,0 +1,82 @@
+"""The pipeline status view served by ``GET /status``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.core.model import QueryProgress, WorkerState
+from controller.core.progress import WorkerRecord
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    worker_id: str
+    worker_index: int
+    state: WorkerState
+    batch_id: int
+    offsets: dict[str, dict[str, int]]
+    rows_processed: int
+    rows_per_second: float
+    last_heartbeat: float
+    heartbeat_age_s: float
+    pipeline_fingerprint: str
+    dropped_checkpoints: int
+    registrations: int
+    queries: list[QueryProgress] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    state: str
+    workers_expected: int
+    workers_registered: int
+    rows_processed: int
+    rows_per_second: float
+    workers: list[WorkerStatus]
+
+
+def pipeline_state(records: list[WorkerRecord], expected: int) -> str:
+    states = {record.state for record in records}
+    if WorkerState.FAILED in states:
+        return WorkerState.FAILED.value
+    if WorkerState.RECOVERING in states:
+        return WorkerState.RECOVERING.value
+    if len(records) < expected or WorkerState.STARTING in states:
+        return WorkerState.STARTING.value
+    if states == {WorkerState.FINISHED}:
+        return WorkerState.FINISHED.value
+    return WorkerState.RUNNING.value
+
+
+def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
+    queries = list(record.queries)
+    return WorkerStatus(
+        worker_id=record.worker_id,
+        worker_index=record.worker_index,
+        state=record.state,
+        # The worker is as far as its slowest query.
+        batch_id=min((q.batch_id for q in queries), default=-1),
+        offsets={q.name: dict(q.offsets) for q in queries},
+        # Every query reads the worker's whole share of the source: an event
+        # is processed once every query has processed it.
+        rows_processed=min((q.rows_processed for q in queries), default=0),
+        rows_per_second=min((q.rows_per_second for q in queries), default=0.0),
+        last_heartbeat=record.last_heartbeat,
+        heartbeat_age_s=round(max(0.0, now - record.last_heartbeat), 3),
+        pipeline_fingerprint=record.pipeline_fingerprint,
+        dropped_checkpoints=record.dropped_checkpoints,
+        registrations=record.registrations,
+        queries=queries,
+    )
+
+
+def build_status(records: list[WorkerRecord], expected: int, now: float) -> PipelineStatus:
+    workers = [worker_status(r, now) for r in sorted(records, key=lambda r: r.worker_index)]
+    return PipelineStatus(
+        state=pipeline_state(records, expected),
+        workers_expected=expected,
+        workers_registered=len(records),
+        rows_processed=sum(w.rows_processed for w in workers),
+        rows_per_second=sum(w.rows_per_second for w in workers),
+        workers=workers,
+    )

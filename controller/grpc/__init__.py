@@ -1,0 +1,1 @@
+"""gRPC adapter: workers talk to the controller core through it."""

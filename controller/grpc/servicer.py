@@ -1,0 +1,127 @@
+"""Thin gRPC adapter over ControllerService: convert, call, convert back.
+
+Core errors become gRPC status codes here and only here (``_status_for``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+
+from controller.core import errors
+from controller.core.model import (
+    CheckpointInfo,
+    ProgressReport,
+    QueryProgress,
+    Registration,
+    ReportStatus,
+    WorkerState,
+)
+from controller.core.service import ControllerService
+from proto.sparkpoint.v1 import controller_pb2 as pb
+from proto.sparkpoint.v1 import controller_pb2_grpc as pb_grpc
+
+_STATE_FROM_PB = {
+    pb.WORKER_STATE_STARTING: WorkerState.STARTING,
+    pb.WORKER_STATE_RECOVERING: WorkerState.RECOVERING,
+    pb.WORKER_STATE_RUNNING: WorkerState.RUNNING,
+    pb.WORKER_STATE_FAILED: WorkerState.FAILED,
+    pb.WORKER_STATE_FINISHED: WorkerState.FINISHED,
+}
+_REPORT_STATUS_TO_PB = {
+    ReportStatus.ACCEPTED: pb.REPORT_STATUS_ACCEPTED,
+    ReportStatus.DUPLICATE: pb.REPORT_STATUS_DUPLICATE,
+    ReportStatus.STALE: pb.REPORT_STATUS_STALE,
+    ReportStatus.UNKNOWN_WORKER: pb.REPORT_STATUS_UNKNOWN_WORKER,
+}
+
+
+def _status_for(error: errors.ControllerError) -> grpc.StatusCode:
+    if isinstance(error, errors.InvalidRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(error, errors.NotFound):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(error, errors.Conflict):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    return grpc.StatusCode.INTERNAL
+
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def _mapped(method: Handler) -> Handler:
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except errors.ControllerError as error:
+            context.abort(_status_for(error), str(error))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def checkpoint_from_pb(ref: pb.CheckpointRef) -> CheckpointInfo:
+    return CheckpointInfo(ref.checkpoint_id, dict(ref.batch_ids), ref.size_bytes, ref.duration_ms, ref.created_at)
+
+
+class ControllerServicer(pb_grpc.ControllerServicer):
+    def __init__(self, service: ControllerService) -> None:
+        self._service = service
+
+    @_mapped
+    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterResponse:  # noqa: N802
+        result = self._service.register(Registration(
+            worker_id=request.worker_id,
+            worker_index=request.worker_index,
+            worker_count=request.worker_count,
+            pipeline_fingerprint=request.pipeline_fingerprint,
+            node_names=tuple(request.node_names),
+            checkpoints=tuple(checkpoint_from_pb(c) for c in request.checkpoints),
+        ))
+        restore = pb.RestorePlan()
+        if result.restore.checkpoint_id is not None:
+            restore.checkpoint_id = result.restore.checkpoint_id
+        elif result.restore.savepoint_id is not None:
+            restore.savepoint_id = result.restore.savepoint_id
+        return pb.RegisterResponse(
+            session_id=result.session_id,
+            assignment=pb.Assignment(worker_index=result.worker_index, worker_count=result.worker_count),
+            restore=restore,
+        )
+
+    @_mapped
+    def ReportProgress(self, request: pb.ProgressReport, context: grpc.ServicerContext) -> pb.ProgressAck:  # noqa: N802
+        outcome = self._service.report_progress(ProgressReport(
+            worker_id=request.worker_id,
+            session_id=request.session_id,
+            seq=request.seq,
+            state=_STATE_FROM_PB.get(request.state, WorkerState.STARTING),
+            queries=tuple(
+                QueryProgress(q.name, q.batch_id, dict(q.offsets), q.rows_processed, q.rows_per_second,
+                              q.active, q.error)
+                for q in request.queries),
+            dropped_checkpoints=request.dropped_checkpoints,
+        ))
+        return pb.ProgressAck(
+            status=_REPORT_STATUS_TO_PB[outcome.status],
+            commands=[pb.Command(checkpoint_now=c) for c in outcome.commands],
+        )
+
+    @_mapped
+    def CommitCheckpoint(self, request: pb.CheckpointCommit, context: grpc.ServicerContext) -> pb.CheckpointAck:  # noqa: N802
+        raise errors.ControllerError("checkpoint commits are not implemented yet")
+
+
+def start_grpc_server(service: ControllerService, bind: str, port: int) -> tuple[grpc.Server, int]:
+    """Start serving; returns the server and the port it bound (``port=0`` picks one)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    pb_grpc.add_ControllerServicer_to_server(ControllerServicer(service), server)
+    bound = server.add_insecure_port(f"{bind}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC port {bind}:{port}")
+    server.start()
+    return server, bound

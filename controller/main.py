@@ -1,0 +1,44 @@
+"""Controller entry point: ``python -m controller``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import uvicorn
+
+from controller.core.service import ControllerService, ServiceConfig
+from controller.grpc.servicer import start_grpc_server
+from controller.rest.app import create_app
+from controller.settings import ControllerSettings
+from sparkpoint.env import SettingsError, exit_with_error
+
+log = logging.getLogger("sparkpoint.controller")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        settings = ControllerSettings.from_env(os.environ)
+    except SettingsError as error:
+        exit_with_error("sparkpoint-controller", error)
+    service = ControllerService(ServiceConfig(worker_count=settings.worker_count), clock=time.time)
+    try:
+        grpc_server, grpc_port = start_grpc_server(service, settings.bind, settings.grpc_port)
+    except (OSError, RuntimeError) as error:
+        exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_GRPC_PORT: {error}")
+    log.info("gRPC on %s:%d, REST on http://%s:%d (expecting %d workers)",
+             settings.bind, grpc_port, settings.bind, settings.http_port, settings.worker_count)
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host=settings.bind, port=settings.http_port,
+                                           log_level="warning"))
+    try:
+        server.run()
+    finally:
+        grpc_server.stop(grace=2).wait()
+    if not server.started:
+        exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_HTTP_PORT: cannot serve on port {settings.http_port}")
+
+
+if __name__ == "__main__":
+    main()

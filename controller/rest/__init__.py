@@ -1,0 +1,1 @@
+"""REST adapter (FastAPI): status for people and tools."""

@@ -1,0 +1,26 @@
+"""Controller settings, read once from ``SP_*`` environment variables in ``main``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sparkpoint.env import Env
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    bind: str
+    grpc_port: int
+    http_port: int
+    worker_count: int
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ControllerSettings:
+        env = Env(environ)
+        return cls(
+            bind=env.string("SP_CONTROLLER_BIND", "0.0.0.0"),
+            grpc_port=env.port("SP_CONTROLLER_GRPC_PORT", 50051),
+            http_port=env.port("SP_CONTROLLER_HTTP_PORT", 8080),
+            worker_count=env.integer("SP_WORKER_COUNT", 1, minimum=1, maximum=1024),
+        )

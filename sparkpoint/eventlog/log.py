@@ -1,0 +1,146 @@
+"""A partitioned, append-only event log (think of a tickerplant log).
+
+Layout of a log named ``trades`` under the log root::
+
+    trades/log.json          {"partitions": 4}
+    trades/p-0000.jsonl      one JSON object per line, appended
+    trades/p-0001.jsonl      ...
+
+An offset is a byte position in a partition file, always at a record
+boundary. A record is complete once its terminating newline is on disk: a
+reader ignores a trailing partial line (a producer crashed mid-write, or is
+mid-write now), so a replay from any offset reads exactly the same records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+_META = "log.json"
+_CHUNK = 1 << 20
+
+
+class LogFormatError(ValueError):
+    """The log directory is missing or malformed; the message names the path."""
+
+
+def partition_for_key(key: str, partitions: int) -> int:
+    """Stable key -> partition map, so one key's state lives on one worker."""
+    return zlib.crc32(key.encode("utf-8")) % partitions
+
+
+def partition_file(directory: Path, partition: int) -> Path:
+    return directory / f"p-{partition:04d}.jsonl"
+
+
+class EventLog:
+    """One named log: its directory, partition count and files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    @classmethod
+    def create(cls, directory: Path, partitions: int) -> EventLog:
+        """Create the log, or open it if it exists with the same partition count."""
+        if partitions < 1:
+            raise LogFormatError(f"{directory}: a log needs at least one partition")
+        log = cls(directory)
+        meta = log.directory / _META
+        if meta.exists():
+            existing = log.partitions()
+            if existing != partitions:
+                raise LogFormatError(
+                    f"{meta}: log exists with {existing} partitions, asked for {partitions}")
+            return log
+        log.directory.mkdir(parents=True, exist_ok=True)
+        tmp = meta.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"partitions": partitions}))
+        os.replace(tmp, meta)
+        return log
+
+    def exists(self) -> bool:
+        return (self.directory / _META).exists()
+
+    def partitions(self) -> int:
+        meta = self.directory / _META
+        try:
+            count = json.loads(meta.read_text())["partitions"]
+        except FileNotFoundError:
+            raise LogFormatError(f"{meta}: no such event log (is the producer running?)") from None
+        except (ValueError, KeyError, TypeError):
+            raise LogFormatError(f"{meta}: not a valid event log header") from None
+        if not isinstance(count, int) or count < 1:
+            raise LogFormatError(f"{meta}: invalid partition count {count!r}")
+        return count
+
+    def path(self, partition: int) -> Path:
+        return partition_file(self.directory, partition)
+
+    def append(self, partition: int, records: Iterable[dict], *, sync: bool = False) -> int:
+        """Append records to one partition in a single write; returns the new end offset."""
+        payload = b"".join(
+            json.dumps(record, separators=(",", ":")).encode("utf-8") + b"\n" for record in records)
+        fd = os.open(self.path(partition), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, payload)
+            if sync:
+                os.fsync(fd)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+
+def committed_end(path: Path, start: int, max_records: int | None = None) -> int:
+    """The offset after the last complete record reachable from ``start``.
+
+    With ``max_records``, stop after that many records (the per-batch cap).
+    A missing file has nothing in it yet: its end is ``start``.
+    """
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return start
+    if size <= start:
+        return start
+    end = start
+    remaining = max_records
+    with open(path, "rb") as f:
+        f.seek(start)
+        position = start
+        while position < size:
+            chunk = f.read(min(_CHUNK, size - position))
+            if not chunk:
+                break
+            if remaining is None:
+                last = chunk.rfind(b"\n")
+                if last >= 0:
+                    end = position + last + 1
+            else:
+                index = -1
+                while remaining > 0:
+                    index = chunk.find(b"\n", index + 1)
+                    if index < 0:
+                        break
+                    remaining -= 1
+                    end = position + index + 1
+                if remaining == 0:
+                    return end
+            position += len(chunk)
+    return end
+
+
+def read_range(path: Path, start: int, end: int) -> bytes:
+    """The bytes of the complete records in ``[start, end)``."""
+    if end <= start:
+        return b""
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if len(data) != end - start:
+        raise LogFormatError(f"{path}: expected {end - start} bytes at offset {start}, found {len(data)}"
+                             " (was the log truncated?)")
+    return data

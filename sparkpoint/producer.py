@@ -1,0 +1,131 @@
+"""Producer: appends trade events with unique ids to the event log.
+
+    python -m sparkpoint.producer        (settings from SP_PRODUCER_* variables)
+
+Events are partitioned by symbol, so one symbol's state lives on one worker.
+Ids continue from the number of records already in the log, so a restarted
+producer never reuses one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sparkpoint.env import Env, SettingsError, exit_with_error
+from sparkpoint.eventlog import EventLog, committed_end, partition_for_key
+
+SYMBOLS = ("AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "META", "TSLA", "IBM")
+
+
+@dataclass(frozen=True)
+class ProducerSettings:
+    log_dir: Path
+    log_name: str
+    partitions: int
+    rate: int           # events per second
+    count: int          # total events to write; 0 = unbounded
+    seed: int
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str]) -> ProducerSettings:
+        env = Env(environ)
+        return cls(
+            log_dir=env.path("SP_LOG_DIR", "var/log"),
+            log_name=env.string("SP_PRODUCER_LOG", "trades"),
+            partitions=env.integer("SP_PRODUCER_PARTITIONS", 4, minimum=1, maximum=1024),
+            rate=env.integer("SP_PRODUCER_RATE", 200, minimum=1, unit="events per second"),
+            count=env.integer("SP_PRODUCER_COUNT", 0, minimum=0),
+            seed=env.integer("SP_PRODUCER_SEED", 1),
+        )
+
+
+def trades(seed: int, first_id: int = 0) -> Iterator[dict]:
+    """An endless, deterministic stream of trade events with ids from ``first_id``."""
+    rng = random.Random(seed * 1_000_003 + first_id)
+    prices = {sym: 100.0 + 10 * i for i, sym in enumerate(SYMBOLS)}
+    event_id = first_id
+    while True:
+        sym = rng.choice(SYMBOLS)
+        prices[sym] = max(1.0, prices[sym] * (1 + rng.gauss(0, 0.001)))
+        yield {
+            "id": event_id,
+            "sym": sym,
+            "price": round(prices[sym], 4),
+            "size": rng.randint(1, 1000),
+            "time": datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        }
+        event_id += 1
+
+
+def records_in(log: EventLog) -> int:
+    """How many complete records the log holds."""
+    total = 0
+    for partition in range(log.partitions()):
+        path = log.path(partition)
+        if path.exists():
+            end = committed_end(path, 0)
+            with open(path, "rb") as f:
+                total += f.read(end).count(b"\n")
+    return total
+
+
+def append_trades(log: EventLog, events: list[dict]) -> None:
+    """Append events, grouped by partition, one write per partition."""
+    partitions = log.partitions()
+    by_partition: dict[int, list[dict]] = {}
+    for event in events:
+        by_partition.setdefault(partition_for_key(event["sym"], partitions), []).append(event)
+    for partition, records in by_partition.items():
+        log.append(partition, records)
+
+
+def write_trades(log: EventLog, count: int, seed: int = 1) -> list[dict]:
+    """Append ``count`` trades at once (tests and benchmarks); returns them."""
+    generator = trades(seed, records_in(log))
+    events = [next(generator) for _ in range(count)]
+    append_trades(log, events)
+    return events
+
+
+def run(settings: ProducerSettings) -> None:
+    log = EventLog.create(settings.log_dir / settings.log_name, settings.partitions)
+    written = 0
+    generator = trades(settings.seed, records_in(log))
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    tick = 0.1
+    per_tick = max(1, round(settings.rate * tick))
+    next_tick = time.monotonic()
+    print(f"producer: appending {settings.rate} events/s to {log.directory}", flush=True)
+    while not stopping and (settings.count == 0 or written < settings.count):
+        n = per_tick if settings.count == 0 else min(per_tick, settings.count - written)
+        append_trades(log, [next(generator) for _ in range(n)])
+        written += n
+        next_tick += tick
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+    print(f"producer: wrote {written} events", flush=True)
+
+
+def main() -> None:
+    try:
+        settings = ProducerSettings.from_env(dict(os.environ))
+        run(settings)
+    except (SettingsError, OSError, ValueError) as error:
+        exit_with_error("sparkpoint-producer", error)
+
+
+if __name__ == "__main__":
+    main()

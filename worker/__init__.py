@@ -1,0 +1,1 @@
+"""Sparkpoint worker: runs a pipeline's Spark Structured Streaming queries."""

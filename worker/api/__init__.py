@@ -1,0 +1,91 @@
+"""The pipeline-authoring API, in KX's pipe style::
+
+    from worker import api as sp
+
+    trades = sp.read.from_log("trades", schema=TRADE_SCHEMA, name="trades")
+    sp.run(trades | sp.map(enrich, name="enrich") | sp.write.to_files("enriched", name="files_out"))
+
+Name every stateful node: the name is the identity of its state across
+restarts and pipeline changes. Unnamed nodes get ``<kind>_<position>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from worker.api.graph import Node, Operator, Pipeline, PipelineError, Stream
+from worker.api.loader import record_pipeline
+
+__all__ = ["read", "write", "map", "filter", "aggregate", "run", "Pipeline", "PipelineError"]
+
+
+class _Read:
+    @staticmethod
+    def from_log(log: str, *, schema: str, name: str | None = None,
+                 max_records_per_batch: int | None = None) -> Stream:
+        """Read the event log ``log`` under ``SP_LOG_DIR``; this worker reads only its partitions.
+
+        ``schema`` is a Spark DDL string of the event fields. ``max_records_per_batch``
+        (default: the worker's ``SP_MAX_RECORDS_PER_BATCH``) caps each micro-batch,
+        which keeps batches small while a recovering worker replays its backlog.
+        """
+        if max_records_per_batch is not None and max_records_per_batch < 1:
+            raise PipelineError(f"from_log({log!r}): max_records_per_batch must be positive")
+        params: dict[str, Any] = {"log": log, "schema": schema}
+        if max_records_per_batch is not None:
+            params["max_records_per_batch"] = max_records_per_batch
+        return Stream((Node("source.log", params, name),))
+
+
+class _Write:
+    @staticmethod
+    def to_files(directory: str, *, name: str | None = None) -> Operator:
+        """Write JSON Lines files under ``SP_OUTPUT_DIR/<directory>``, one file per batch and task,
+        each published by an atomic rename when Spark commits the batch."""
+        return Operator(Node("sink.files", {"directory": directory}, name))
+
+    @staticmethod
+    def to_console(*, name: str | None = None) -> Operator:
+        """Print each batch (at-least-once: a replay prints again)."""
+        return Operator(Node("sink.console", {}, name))
+
+
+read = _Read()
+write = _Write()
+
+
+def map(fn: Callable[[Any], Any], *, name: str | None = None) -> Operator:  # noqa: A001 - KX's name
+    """Apply ``fn(DataFrame) -> DataFrame`` to each micro-batch's rows."""
+    if not callable(fn):
+        raise PipelineError(f"sp.map() needs a function DataFrame -> DataFrame, got {fn!r}")
+    return Operator(Node("map", {}, name, fn))
+
+
+def filter(condition: str | Callable[[Any], Any], *, name: str | None = None) -> Operator:  # noqa: A001
+    """Keep rows matching a SQL condition (``"size > 0"``) or ``fn(DataFrame) -> Column``."""
+    if isinstance(condition, str):
+        return Operator(Node("filter", {"condition": condition}, name))
+    if callable(condition):
+        return Operator(Node("filter", {}, name, condition))
+    raise PipelineError(f"sp.filter() needs a SQL condition or a function, got {condition!r}")
+
+
+def aggregate(by: str | list[str], aggregations: Mapping[str, str], *, name: str | None = None) -> Operator:
+    """A keyed running aggregation: ``aggregations`` maps output columns to SQL
+    aggregate expressions, e.g. ``{"volume": "sum(size)"}``. Stateful: name it.
+
+    Each micro-batch emits the whole result table (Spark's complete mode: its
+    Python sink API takes append and complete, not update).
+    """
+    keys = [by] if isinstance(by, str) else list(by)
+    if not keys or not aggregations:
+        raise PipelineError("sp.aggregate() needs key columns and at least one aggregation")
+    return Operator(Node("aggregate", {"by": keys, "aggregations": dict(aggregations)}, name))
+
+
+def run(*streams: Stream) -> Pipeline:
+    """Declare the pipeline: each stream must end in a sink."""
+    pipeline = Pipeline.of(*streams)
+    record_pipeline(pipeline)
+    return pipeline

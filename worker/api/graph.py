@@ -1,0 +1,159 @@
+"""The pipeline graph: named nodes chained with ``|`` into branches.
+
+Pure data, no Spark: a graph can be built, named, fingerprinted and compared
+(for ``plan`` and for tests) without a Spark session. Node names are the
+identity of state across restarts and pipeline changes, like Flink's ``uid``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+class PipelineError(ValueError):
+    """The pipeline definition is wrong; the message says where."""
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator. ``name`` is None until the pipeline assigns a default."""
+
+    kind: str                       # e.g. "source.log", "map", "aggregate", "sink.files"
+    params: dict[str, Any]          # JSON-able description: part of the fingerprint
+    name: str | None = None
+    fn: Callable[..., Any] | None = field(default=None, repr=False)
+
+    @property
+    def is_source(self) -> bool:
+        return self.kind.startswith("source.")
+
+    @property
+    def is_sink(self) -> bool:
+        return self.kind.startswith("sink.")
+
+    @property
+    def is_stateful(self) -> bool:
+        return self.kind == "aggregate"
+
+
+class Operator:
+    """An unattached node; ``stream | operator`` attaches it."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+
+class Stream:
+    """A chain of nodes starting at a source."""
+
+    def __init__(self, nodes: tuple[Node, ...]) -> None:
+        self.nodes = nodes
+
+    def __or__(self, other: Operator) -> Stream:
+        if not isinstance(other, Operator):
+            raise PipelineError(f"cannot pipe a stream into {type(other).__name__}: expected an operator "
+                                "such as sp.map(...) or sp.write.to_files(...)")
+        if self.nodes[-1].is_sink:
+            raise PipelineError(f"nothing can follow the sink {self.nodes[-1].name or self.nodes[-1].kind}")
+        if other.node.is_source:
+            raise PipelineError("a source cannot be piped into")
+        return Stream(self.nodes + (other.node,))
+
+    @property
+    def sink(self) -> Node:
+        return self.nodes[-1]
+
+
+def _function_identity(fn: Callable[..., Any]) -> str:
+    """Name plus a digest of the bytecode: editing a function changes the fingerprint."""
+    code = getattr(fn, "__code__", None)
+    digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:12] if code else ""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}#{digest}"
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Branches, each a source-to-sink chain; one Spark query per branch."""
+
+    branches: tuple[Stream, ...]
+
+    @classmethod
+    def of(cls, *branches: Stream) -> Pipeline:
+        if not branches:
+            raise PipelineError("sp.run() needs at least one stream ending in a sink")
+        for branch in branches:
+            if not isinstance(branch, Stream):
+                raise PipelineError(f"sp.run() takes streams, got {type(branch).__name__}")
+            if not branch.sink.is_sink:
+                raise PipelineError(
+                    f"the stream from {branch.nodes[0].name or branch.nodes[0].kind} does not end in a sink: "
+                    "add | sp.write.to_files(...) or another sink")
+        pipeline = cls(tuple(branches))
+        pipeline._assign_names()
+        return pipeline
+
+    def nodes(self) -> list[Node]:
+        """Every node once, in order of first appearance."""
+        seen: dict[int, Node] = {}
+        for branch in self.branches:
+            for node in branch.nodes:
+                seen.setdefault(id(node), node)
+        return list(seen.values())
+
+    def _assign_names(self) -> None:
+        taken: dict[str, Node] = {}
+        for node in self.nodes():
+            if node.name is None:
+                continue
+            if not NAME_PATTERN.match(node.name):
+                raise PipelineError(
+                    f"node name {node.name!r} is not allowed: use letters, digits, '_', '.', '-', "
+                    "starting with a letter, at most 64 characters")
+            if node.name in taken:
+                raise PipelineError(f"two nodes are named {node.name!r}: names must be unique")
+            taken[node.name] = node
+        # Deterministic defaults from kind and position in the graph.
+        for position, node in enumerate(self.nodes()):
+            if node.name is None:
+                name = f"{node.kind.split('.')[-1]}_{position}"
+                if name in taken:
+                    raise PipelineError(f"the default name {name!r} of a {node.kind} node clashes with an "
+                                        "explicit name: name the node")
+                node.name = name
+                taken[name] = node
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes():
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """A JSON-able description of every node and its inputs."""
+        inputs: dict[str, list[str]] = {}
+        for branch in self.branches:
+            for upstream, node in zip(branch.nodes, branch.nodes[1:]):
+                names = inputs.setdefault(node.name, [])
+                if upstream.name not in names:
+                    names.append(upstream.name)
+        return [
+            {
+                "name": node.name,
+                "kind": node.kind,
+                "params": node.params,
+                "function": _function_identity(node.fn) if node.fn is not None else None,
+                "inputs": inputs.get(node.name, []),
+            }
+            for node in self.nodes()
+        ]
+
+    def fingerprint(self) -> str:
+        canonical = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""The worker's side of the worker<->controller contract."""

@@ -1,0 +1,114 @@
+"""gRPC client for the controller: registration and progress reports."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from proto.sparkpoint.v1 import controller_pb2 as pb
+from proto.sparkpoint.v1 import controller_pb2_grpc as pb_grpc
+from worker.control.backoff import Backoff
+from worker.runtime.progress import QueryStatus
+
+log = logging.getLogger("sparkpoint.worker.control")
+
+# Errors that mean "the controller is not reachable right now": retry.
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+class RegistrationRefused(Exception):
+    """The controller refused this worker; the message says why."""
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    worker_id: str
+    worker_index: int
+    worker_count: int
+    pipeline_fingerprint: str
+    node_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Registered:
+    session_id: str
+    worker_index: int
+    worker_count: int
+    restore_checkpoint_id: int | None
+    restore_savepoint_id: str | None
+
+
+class ControllerClient:
+    def __init__(self, address: str, identity: WorkerIdentity, *, timeout_s: float = 5.0) -> None:
+        self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.ControllerStub(self._channel)
+        self._identity = identity
+        self._timeout_s = timeout_s
+        self.address = address
+
+    def register_once(self) -> Registered:
+        identity = self._identity
+        try:
+            response = self._stub.Register(pb.RegisterRequest(
+                worker_id=identity.worker_id,
+                worker_index=identity.worker_index,
+                worker_count=identity.worker_count,
+                pipeline_fingerprint=identity.pipeline_fingerprint,
+                node_names=list(identity.node_names),
+            ), timeout=self._timeout_s)
+        except grpc.RpcError as error:
+            if error.code() in RETRYABLE:
+                raise
+            raise RegistrationRefused(error.details()) from None
+        restore = response.restore
+        source = restore.WhichOneof("source")
+        return Registered(
+            session_id=response.session_id,
+            worker_index=response.assignment.worker_index,
+            worker_count=response.assignment.worker_count,
+            restore_checkpoint_id=restore.checkpoint_id if source == "checkpoint_id" else None,
+            restore_savepoint_id=restore.savepoint_id if source == "savepoint_id" else None,
+        )
+
+    def register(self, stop: threading.Event, backoff: Backoff | None = None,
+                 wait: Callable[[float], bool] | None = None) -> Registered | None:
+        """Register, retrying with backoff while the controller is unreachable.
+
+        Returns None if ``stop`` is set first; raises RegistrationRefused if the
+        controller says no.
+        """
+        backoff = backoff or Backoff()
+        wait = wait or stop.wait
+        announced = False
+        while not stop.is_set():
+            try:
+                return self.register_once()
+            except grpc.RpcError as error:
+                if not announced:
+                    log.warning("controller at %s unreachable (%s); retrying with backoff",
+                                self.address, error.code().name)
+                    announced = True
+                wait(backoff.next_delay())
+        return None
+
+    def report(self, session_id: str, seq: int, state: int, queries: list[QueryStatus],
+               dropped_checkpoints: int = 0) -> int:
+        """Send one progress report; returns the controller's ReportStatus."""
+        ack = self._stub.ReportProgress(pb.ProgressReport(
+            worker_id=self._identity.worker_id,
+            session_id=session_id,
+            seq=seq,
+            state=state,
+            queries=[pb.QueryProgress(name=q.name, batch_id=q.batch_id, offsets=q.offsets,
+                                      rows_processed=q.rows_processed, rows_per_second=q.rows_per_second,
+                                      active=q.active, error=q.error) for q in queries],
+            dropped_checkpoints=dropped_checkpoints,
+        ), timeout=self._timeout_s)
+        return ack.status
+
+    def close(self) -> None:
+        self._channel.close()

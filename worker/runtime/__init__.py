@@ -1,0 +1,1 @@
+"""Running a pipeline on Spark: the session, the queries, their progress."""

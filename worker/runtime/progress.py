@@ -1,0 +1,110 @@
+"""Per-query progress, fed by Spark's query listener and read by the reporter.
+
+``ProgressTracker`` is plain, thread-safe bookkeeping (tested without Spark);
+``SparkProgressListener`` adapts Spark's listener events to it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field, replace
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+
+@dataclass(frozen=True)
+class QueryStatus:
+    name: str
+    batch_id: int = -1
+    offsets: dict[str, int] = field(default_factory=dict)
+    rows_processed: int = 0
+    rows_per_second: float = 0.0
+    active: bool = True
+    error: str = ""
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception)[\w.]*): .+")
+
+
+def summarize_error(text: str, limit: int = 500) -> str:
+    """One readable line from a Spark failure: the Python exception if there is one."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    exceptions = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    summary = exceptions[0] if exceptions else (lines[0] if lines else "")
+    return summary[:limit]
+
+
+def merge_offsets(sources: list[dict]) -> dict[str, int]:
+    """End offsets of a progress event's sources, as partition -> byte offset."""
+    offsets: dict[str, int] = {}
+    for source in sources:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if isinstance(end, dict):
+            offsets.update({str(k): int(v) for k, v in end.items() if isinstance(v, int)})
+    return offsets
+
+
+class ProgressTracker:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queries: dict[str, QueryStatus] = {}
+
+    def started(self, name: str) -> None:
+        with self._lock:
+            self._queries.setdefault(name, QueryStatus(name))
+
+    def on_progress(self, progress: dict) -> None:
+        """One Spark progress event (``StreamingQueryProgress.json`` as a dict)."""
+        name = progress.get("name") or progress.get("id", "?")
+        with self._lock:
+            current = self._queries.get(name, QueryStatus(name))
+            batch_id = int(progress.get("batchId", -1))
+            if batch_id < current.batch_id:
+                return  # late event: never move backwards
+            rows = int(progress.get("numInputRows", 0))
+            self._queries[name] = replace(
+                current,
+                batch_id=batch_id,
+                offsets=merge_offsets(progress.get("sources", [])) or current.offsets,
+                rows_processed=current.rows_processed + (rows if batch_id != current.batch_id else 0),
+                rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
+            )
+
+    def on_terminated(self, name: str, error: str | None) -> None:
+        with self._lock:
+            current = self._queries.get(name, QueryStatus(name))
+            self._queries[name] = replace(current, active=False, error=summarize_error(error or ""))
+
+    def snapshot(self) -> list[QueryStatus]:
+        with self._lock:
+            return sorted(self._queries.values(), key=lambda q: q.name)
+
+
+class SparkProgressListener(StreamingQueryListener):
+    """Forwards Spark's query events to a tracker (runs on Spark's listener thread)."""
+
+    def __init__(self, tracker: ProgressTracker, names_by_id: dict[str, str]) -> None:
+        self.tracker = tracker
+        self.names_by_id = names_by_id
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's names
+        if event.name:
+            self.names_by_id[str(event.id)] = event.name
+            self.tracker.started(event.name)
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        self.tracker.on_progress(json.loads(event.progress.json))
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        name = self.names_by_id.get(str(event.id), str(event.id))
+        self.tracker.on_terminated(name, event.exception)

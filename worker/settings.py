@@ -1,0 +1,50 @@
+"""Worker settings, read once from ``SP_*`` environment variables in ``main``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkpoint.env import Env, SettingsError
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    pipeline: Path
+    worker_index: int
+    worker_count: int
+    worker_id: str
+    controller_addr: str
+    work_dir: Path
+    log_dir: Path
+    output_dir: Path
+    spark_master: str
+    shuffle_partitions: int
+    max_records_per_batch: int      # 0 = no cap
+    trigger_interval_ms: int
+    report_interval_ms: int
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> WorkerSettings:
+        env = Env(environ)
+        count = env.integer("SP_WORKER_COUNT", 1, minimum=1, maximum=1024)
+        index = env.integer("SP_WORKER_INDEX", 0, minimum=0)
+        if index >= count:
+            raise SettingsError("SP_WORKER_INDEX", f"must be below SP_WORKER_COUNT ({count}), got {index}")
+        worker_id = env.string("SP_WORKER_ID", f"worker-{index}")
+        return cls(
+            pipeline=env.path("SP_PIPELINE", "pipelines/trades.py"),
+            worker_index=index,
+            worker_count=count,
+            worker_id=worker_id,
+            controller_addr=env.address("SP_CONTROLLER_ADDR", "localhost:50051"),
+            work_dir=env.path("SP_WORK_DIR", f"var/work/{worker_id}"),
+            log_dir=env.path("SP_LOG_DIR", "var/log"),
+            output_dir=env.path("SP_OUTPUT_DIR", "var/output"),
+            spark_master=env.string("SP_SPARK_MASTER", "local[2]"),
+            shuffle_partitions=env.integer("SP_SHUFFLE_PARTITIONS", 2, minimum=1),
+            max_records_per_batch=env.integer("SP_MAX_RECORDS_PER_BATCH", 10_000, minimum=0),
+            trigger_interval_ms=env.integer("SP_TRIGGER_INTERVAL", 1000, minimum=0, unit="milliseconds"),
+            report_interval_ms=env.integer("SP_REPORT_INTERVAL", 1000, minimum=50, unit="milliseconds"),
+        )

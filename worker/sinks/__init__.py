@@ -1,0 +1,1 @@
+"""Sinks, on Spark's Python Data Source API (``DataSourceStreamArrowWriter``)."""

@@ -1,0 +1,1 @@
+"""Replayable sources, on Spark's Python Data Source API."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 
 import uvicorn
@@ -30,6 +31,11 @@ def main() -> None:
         exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_GRPC_PORT: {error}")
     log.info("gRPC on %s:%d, REST on http://%s:%d (expecting %d workers)",
              settings.bind, grpc_port, settings.bind, settings.http_port, settings.worker_count)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the
+    # signal against the handlers it found: make those a no-op so the gRPC
+    # server below is stopped too and the exit status is 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     server = uvicorn.Server(uvicorn.Config(create_app(service), host=settings.bind, port=settings.http_port,
                                            log_level="warning"))
     try:

@@ -46,6 +46,34 @@ def batch_file_pattern(worker_id: str) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(worker_id)}-b(\d{{10}})-\d{{4}}\.parquet$")
 
 
+_ANY_BATCH_FILE = re.compile(r"^(?P<worker>.+)-b(?P<batch>\d{10})-\d{4}\.parquet$")
+
+
+def published_files(directory: Path) -> dict[str, dict[int, list[Path]]]:
+    """Published files by worker and batch id (staging is ignored)."""
+    found: dict[str, dict[int, list[Path]]] = {}
+    if not Path(directory).is_dir():
+        return found
+    for path in sorted(Path(directory).iterdir()):
+        match = _ANY_BATCH_FILE.match(path.name)
+        if match:
+            found.setdefault(match["worker"], {}).setdefault(int(match["batch"]), []).append(path)
+    return found
+
+
+def read_published(directory: Path, *, latest_batch_only: bool = False):
+    """Everything published (append mode) or, with ``latest_batch_only``, each
+    worker's current table (complete mode), as one Arrow table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for batches in published_files(directory).values():
+        chosen = [max(batches)] if latest_batch_only else sorted(batches)
+        tables.extend(pq.read_table(path) for batch in chosen for path in batches[batch])
+    return pa.concat_tables(tables) if tables else None
+
+
 class FilesDataSource(DataSource):
     """Options: ``path`` (output directory), ``workerId``."""
 

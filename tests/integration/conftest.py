@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkpoint.devstack import LocalStack, StackConfig, free_port
+from tests.support import log_tails
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
+    """Build LocalStacks on free ports under tmp_path; stops them all afterwards
+    and prints every service's log tail if the test failed."""
+    stacks: list[LocalStack] = []
+
+    def build(workers: int = 2, **env: str) -> LocalStack:
+        config = StackConfig(root=tmp_path / f"stack{len(stacks)}", workers=workers, grpc_port=free_port(),
+                             http_port=free_port(), env=env)
+        stack = LocalStack(config)
+        stacks.append(stack)
+        return stack
+
+    yield build
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    for stack in stacks:
+        if failed:
+            print(log_tails(stack))
+        stack.stop_all()

@@ -1,0 +1,62 @@
+"""Helpers shared by the integration tests: polling with a deadline, the
+controller's status over HTTP, and batch computations to compare against."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(probe: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.5) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+            if value:
+                return value
+        except Exception as error:  # a service still starting: keep polling
+            last_error = error
+        time.sleep(interval_s)  # poll interval, not synchronisation: the deadline bounds the wait
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}"
+                         + (f" (last error: {last_error})" if last_error else ""))
+
+
+def get_json(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as error:
+        return {"http_status": error.code, **json.load(error)}
+
+
+def expected_vwap(events: list[dict]) -> dict[str, dict[str, float]]:
+    """The per-symbol aggregates, computed in one batch over the whole input."""
+    result: dict[str, dict[str, float]] = {}
+    for event in events:
+        row = result.setdefault(event["sym"], {"notional": 0.0, "volume": 0, "trades": 0})
+        row["notional"] += event["price"] * event["size"]
+        row["volume"] += event["size"]
+        row["trades"] += 1
+    for row in result.values():
+        row["vwap"] = row["notional"] / row["volume"]
+    return result
+
+
+def log_tails(stack, lines: int = 40) -> str:
+    """The end of every service's log, for failure messages."""
+    parts = []
+    for service in stack.services.values():
+        try:
+            text = service.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            text = ["<no log>"]
+        parts.append(f"--- {service.name} ({service.log_path}) ---\n" + "\n".join(text))
+    return "\n".join(parts)

@@ -71,11 +71,26 @@ class Stream:
         return self.nodes[-1]
 
 
+def _code_digest(code: Any, digest: Any) -> None:
+    """Feed a code object into ``digest``: bytecode, names, constants, and
+    nested code (comprehensions, lambdas) recursively -- never a repr that
+    holds a memory address."""
+    digest.update(code.co_code)
+    digest.update(repr((code.co_names, code.co_varnames)).encode())
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            _code_digest(const, digest)
+        else:
+            digest.update(repr(const).encode())
+
+
 def _function_identity(fn: Callable[..., Any]) -> str:
-    """Name plus a digest of the bytecode: editing a function changes the fingerprint."""
+    """Name plus a digest of the code: editing a function changes the fingerprint."""
     code = getattr(fn, "__code__", None)
-    digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:12] if code else ""
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}#{digest}"
+    digest = hashlib.sha256()
+    if code is not None:
+        _code_digest(code, digest)
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}#{digest.hexdigest()[:12]}"
 
 
 @dataclass(frozen=True)

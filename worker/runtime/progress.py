@@ -32,7 +32,10 @@ def summarize_error(text: str, limit: int = 500) -> str:
     """One readable line from a Spark failure: the Python exception if there is one."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     exceptions = [line for line in lines if _EXCEPTION_LINE.match(line)]
-    summary = exceptions[0] if exceptions else (lines[0] if lines else "")
+    # Spark wraps a Python failure in a JVM exception (org.apache..., java...);
+    # the user's error is the Python one inside it.
+    python = [line for line in exceptions if not line.startswith(("org.", "java.", "scala.", "py4j."))]
+    summary = (python or exceptions or lines or [""])[0]
     return summary[:limit]
 
 

@@ -9,6 +9,7 @@ import time
 
 import uvicorn
 
+from controller.checkpointing.store import ControllerCheckpointError, ControllerCheckpointStore, PeriodicCheckpointer
 from controller.core.service import ControllerService, ServiceConfig
 from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
@@ -25,6 +26,18 @@ def main() -> None:
     except SettingsError as error:
         exit_with_error("sparkpoint-controller", error)
     service = ControllerService(ServiceConfig(worker_count=settings.worker_count), clock=time.time)
+    checkpointer = None
+    if settings.checkpoint_freq_ms > 0:
+        store = ControllerCheckpointStore(settings.state_dir)
+        try:
+            saved = store.load()
+        except ControllerCheckpointError as error:
+            exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_STATE_DIR: {error}")
+        if saved is not None:
+            service.load_snapshot(saved)
+            log.info("resumed from %s: %d workers", store.path, len(saved.get("workers", [])))
+        checkpointer = PeriodicCheckpointer(store, service.snapshot, settings.checkpoint_freq_ms)
+        checkpointer.start()
     try:
         grpc_server, grpc_port = start_grpc_server(service, settings.bind, settings.grpc_port)
     except (OSError, RuntimeError) as error:
@@ -42,6 +55,8 @@ def main() -> None:
         server.run()
     finally:
         grpc_server.stop(grace=2).wait()
+        if checkpointer is not None:
+            checkpointer.stop()
     if not server.started:
         exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_HTTP_PORT: cannot serve on port {settings.http_port}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from sparkpoint.env import Env
 
@@ -14,6 +15,8 @@ class ControllerSettings:
     grpc_port: int
     http_port: int
     worker_count: int
+    checkpoint_freq_ms: int     # 0 = the controller keeps no checkpoint
+    state_dir: Path
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ControllerSettings:
@@ -23,4 +26,6 @@ class ControllerSettings:
             grpc_port=env.port("SP_CONTROLLER_GRPC_PORT", 50051),
             http_port=env.port("SP_CONTROLLER_HTTP_PORT", 8080),
             worker_count=env.integer("SP_WORKER_COUNT", 1, minimum=1, maximum=1024),
+            checkpoint_freq_ms=env.integer("SP_CONTROLLER_CHECKPOINT_FREQ", 5000, minimum=0, unit="milliseconds"),
+            state_dir=env.path("SP_CONTROLLER_STATE_DIR", "var/controller"),
         )

@@ -93,7 +93,8 @@ class LocalStack:
         return service
 
     def start_controller(self, **extra: str) -> Service:
-        return self._start("controller", "controller", {**self._base_env(), **extra})
+        env = {**self._base_env(), "SP_CONTROLLER_STATE_DIR": str(self.config.root / "controller"), **extra}
+        return self._start("controller", "controller", env)
 
     def start_worker(self, index: int, **extra: str) -> Service:
         env = {

@@ -2,41 +2,59 @@
 
 Steps:
 1. Read settings and load the pipeline file (errors name the variable or file).
-2. Register with the controller (retrying while it is unreachable); learn the
-   assignment and what to restore.
-3. Wait for the source logs, start the Spark session and the pipeline's queries.
-4. Report progress in the background until a query stops or SIGTERM arrives.
+2. Fence the checkpoint directory: one live worker per directory.
+3. Register with the controller (retrying while it is unreachable), reporting
+   the durable checkpoints on the volume; learn what to restore.
+4. Restore that checkpoint (or an older intact one) into a fresh working directory.
+5. Start the Spark session and the pipeline's queries; Spark replays the
+   source from the restored offsets.
+6. Checkpoint and report progress in the background until a query stops or
+   SIGTERM arrives.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import threading
+import time
+from pathlib import Path
 
 from proto.sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.env import SettingsError, exit_with_error
-from sparkpoint.eventlog import EventLog
+from sparkpoint.eventlog import EventLog, committed_end
 from worker.api.graph import Pipeline, PipelineError
 from worker.api.loader import load_pipeline
+from worker.checkpointing.faults import FaultInjector
+from worker.checkpointing.manifest import Manifest
+from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier
+from worker.checkpointing.restore import RestoreRefused, restore
+from worker.checkpointing.runner import CheckpointCommitter, CheckpointRunner, monotonic_ms
+from worker.checkpointing.store import CheckpointStore, FenceError
+from worker.checkpointing.writer import CheckpointWriter
 from worker.control.backoff import Backoff
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
-from worker.control.reporter import Reporter
+from worker.control.reporter import Reporter, WorkerSnapshot
 from worker.runtime.progress import ProgressTracker, QueryStatus, summarize_error
-from worker.runtime.queries import plan_branch
+from worker.runtime.queries import source_logs
+from worker.runtime.recovery import RecoveryTracker
 from worker.settings import WorkerSettings
+from worker.sources.log_source import owned_partitions
 
 log = logging.getLogger("sparkpoint.worker")
 PROGRAM = "sparkpoint-worker"
 
 
-def worker_state(queries: list[QueryStatus], expected: int) -> int:
+def worker_state(queries: list[QueryStatus], expected: int, recovering: bool = False) -> int:
     """The worker's state as the controller sees it, from its queries."""
     if any(q.error for q in queries):
         return pb.WORKER_STATE_FAILED
     if len(queries) == expected and queries and not any(q.active for q in queries):
         return pb.WORKER_STATE_FINISHED
+    if recovering and queries:
+        return pb.WORKER_STATE_RECOVERING
     if len(queries) == expected and all(q.batch_id >= 0 for q in queries):
         return pb.WORKER_STATE_RUNNING
     return pb.WORKER_STATE_STARTING
@@ -44,11 +62,10 @@ def worker_state(queries: list[QueryStatus], expected: int) -> int:
 
 def wait_for_logs(pipeline: Pipeline, settings: WorkerSettings, stop: threading.Event) -> bool:
     """Wait until every source log exists (the producer creates them)."""
-    logs = {path for branch in pipeline.branches for path in plan_branch(branch, settings).source_logs}
     backoff = Backoff(initial_s=0.2, maximum_s=2.0)
     announced = False
     while not stop.is_set():
-        missing = sorted(str(p) for p in logs if not EventLog(p).exists())
+        missing = [str(p) for p in source_logs(pipeline, settings) if not EventLog(p).exists()]
         if not missing:
             return True
         if not announced:
@@ -58,22 +75,73 @@ def wait_for_logs(pipeline: Pipeline, settings: WorkerSettings, stop: threading.
     return False
 
 
+def fresh_run_dir(settings: WorkerSettings) -> Path:
+    """A new working directory for this run; earlier runs' are removed.
+
+    A killed worker's Spark JVM may outlive it for a moment: it must never
+    write into the directory the new run restores into.
+    """
+    settings.work_dir.mkdir(parents=True, exist_ok=True)
+    for old in settings.work_dir.glob("run-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    run_dir = settings.work_dir / f"run-{int(time.time() * 1000)}-{os.getpid()}"
+    (run_dir / "queries").mkdir(parents=True)
+    return run_dir
+
+
+def recovery_tracker(pipeline: Pipeline, settings: WorkerSettings, restored: Manifest | None) -> RecoveryTracker:
+    """Replay from the restored offsets to the end of the log as it is now."""
+    target: dict[str, int] = {}
+    for directory in source_logs(pipeline, settings):
+        log_ = EventLog(directory)
+        for p in owned_partitions(log_.partitions(), settings.worker_index, settings.worker_count):
+            target[str(p)] = committed_end(log_.path(p), 0)
+    start: dict[str, int] = {}
+    if restored is not None:
+        for partition in target:
+            start[partition] = min((q.offsets.get(partition, 0) for q in restored.queries), default=0)
+    return RecoveryTracker(start, target if restored is not None else start)
+
+
 def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> int:
+    checkpoints_on = settings.checkpoint_freq_ms > 0
+    # 2.
+    store = CheckpointStore(settings.checkpoint_dir)
+    try:
+        store.acquire(settings.worker_id)
+    except (FenceError, OSError) as error:
+        exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
+    durable, unreadable = store.readable() if checkpoints_on else ([], [])
+    for problem in unreadable:
+        log.error("unreadable checkpoint manifest: %s", problem)
+    # 3.
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
                               pipeline.fingerprint(), tuple(n.name for n in pipeline.nodes()))
-    client = ControllerClient(settings.controller_addr, identity)
-    # 2.
+    client = ControllerClient(settings.controller_addr, identity,
+                              checkpoints=lambda: store.readable()[0] if checkpoints_on else [])
     try:
         registered = client.register(stop)
     except RegistrationRefused as error:
         exit_with_error(PROGRAM, f"the controller refused this worker: {error}")
     if registered is None:
         return 0
-    log.info("registered as %s (index %d of %d)", settings.worker_id, registered.worker_index,
-             registered.worker_count)
-    # 3.
+    log.info("registered as %s (index %d of %d); restore: %s", settings.worker_id, registered.worker_index,
+             registered.worker_count, registered.restore_checkpoint_id or "nothing")
     if not wait_for_logs(pipeline, settings, stop):
         return 0
+    # 4.
+    run_dir = fresh_run_dir(settings)
+    query_root = run_dir / "queries"
+    try:
+        outcome = restore(store, registered.restore_checkpoint_id if checkpoints_on else None, query_root)
+    except RestoreRefused as error:
+        exit_with_error(PROGRAM, error)
+    restored = outcome.manifest
+    if restored is not None:
+        log.info("restored checkpoint %d (batches %s)", restored.checkpoint_id,
+                 {q.name: q.batch_id for q in restored.queries})
+    recovery = recovery_tracker(pipeline, settings, restored)
+    # 5.
     from worker.runtime.progress import SparkProgressListener
     from worker.runtime.queries import start_queries
     from worker.runtime.session import start_session
@@ -81,13 +149,35 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     spark = start_session(settings)
     tracker = ProgressTracker()
     spark.streams.addListener(SparkProgressListener(tracker, {}))
-    expected = len(pipeline.branches)
-    reporter = Reporter(client, tracker, registered.session_id, settings.report_interval_ms / 1000,
-                        state=lambda: worker_state(tracker.snapshot(), expected))
-    queries = start_queries(spark, pipeline, settings)
-    reporter.start()
+    queries = start_queries(spark, pipeline, settings, query_root)
     log.info("running %d queries: %s", len(queries), ", ".join(q.name for q in queries))
-    # 4.
+    # 6.
+    runner = None
+    if checkpoints_on:
+        notifier = CompletionNotifier()
+        writer = CheckpointWriter(store, query_root, settings.worker_id, identity.node_names,
+                                  identity.pipeline_fingerprint,
+                                  faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
+        scheduler = CheckpointScheduler(settings.checkpoint_freq_ms, monotonic_ms(),
+                                        last_id=max(store.highest_id_ever(), registered.last_checkpoint_id))
+        runner = CheckpointRunner(writer, store, scheduler, CheckpointCommitter(client.commit_checkpoint, notifier),
+                                  retain=settings.checkpoint_retain, clock_ms=monotonic_ms)
+        runner.start()
+
+    def snapshot() -> WorkerSnapshot:
+        statuses = tracker.snapshot()
+        progress = recovery.progress(statuses)
+        return WorkerSnapshot(
+            state=worker_state(statuses, len(queries), progress.active),
+            queries=statuses,
+            dropped_checkpoints=runner.stats().dropped if runner else 0,
+            restored_checkpoint_id=restored.checkpoint_id if restored else 0,
+            recovery=pb.Recovery(active=progress.active, target_bytes=progress.target_bytes,
+                                 replayed_bytes=progress.replayed_bytes),
+        )
+
+    reporter = Reporter(client, snapshot, settings.report_interval_ms / 1000)
+    reporter.start()
     failed = None
     while not stop.is_set():
         failed = next((q for q in queries if not q.isActive), None)
@@ -95,6 +185,8 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
             break
         stop.wait(0.5)
     error = failed.exception() if failed is not None else None
+    if runner is not None:
+        runner.stop()
     for query in queries:
         query.stop()
     if error is not None:
@@ -102,6 +194,7 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     reporter.stop()
     client.close()
     spark.stop()
+    store.release()
     if error is not None:
         log.error("query %s failed: %s", failed.name, summarize_error(str(error)))
         return 1

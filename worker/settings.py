@@ -24,6 +24,10 @@ class WorkerSettings:
     max_records_per_batch: int      # 0 = no cap
     trigger_interval_ms: int
     report_interval_ms: int
+    checkpoint_dir: Path
+    checkpoint_freq_ms: int         # 0 = checkpoints disabled
+    checkpoint_retain: int
+    test_fault: str                 # a fault sentinel point, for recovery tests only
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> WorkerSettings:
@@ -47,4 +51,8 @@ class WorkerSettings:
             max_records_per_batch=env.integer("SP_MAX_RECORDS_PER_BATCH", 10_000, minimum=0),
             trigger_interval_ms=env.integer("SP_TRIGGER_INTERVAL", 1000, minimum=0, unit="milliseconds"),
             report_interval_ms=env.integer("SP_REPORT_INTERVAL", 1000, minimum=50, unit="milliseconds"),
+            checkpoint_dir=env.path("SP_CHECKPOINT_DIR", f"var/checkpoints/{worker_id}"),
+            checkpoint_freq_ms=env.integer("SP_CHECKPOINT_FREQ", 5000, minimum=0, unit="milliseconds"),
+            checkpoint_retain=env.integer("SP_CHECKPOINT_RETAIN", 3, minimum=1),
+            test_fault=environ.get("SP_TEST_FAULT", ""),
         )

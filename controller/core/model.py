@@ -24,12 +24,27 @@ class ReportStatus(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class QueryCut:
+    name: str
+    batch_id: int
+    offsets: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class CheckpointInfo:
     checkpoint_id: int
-    batch_ids: dict[str, int] = field(default_factory=dict)
+    queries: tuple[QueryCut, ...] = ()
     size_bytes: int = 0
     duration_ms: float = 0.0
     created_at: float = 0.0
+    bytes_copied: int = 0
+
+
+@dataclass(frozen=True)
+class Recovery:
+    active: bool = False
+    target_bytes: int = 0
+    replayed_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,7 @@ class RegisterResult:
     worker_index: int
     worker_count: int
     restore: RestoreDecision
+    last_checkpoint_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,9 +93,21 @@ class ProgressReport:
     state: WorkerState
     queries: tuple[QueryProgress, ...] = ()
     dropped_checkpoints: int = 0
+    restored_checkpoint_id: int = 0
+    recovery: Recovery = Recovery()
 
 
 @dataclass(frozen=True)
 class ReportOutcome:
     status: ReportStatus
     commands: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """ACCEPTED: a newer checkpoint; DUPLICATE: one the controller already holds
+    (or an older one, subsumed). Either way ``completed_checkpoint_id`` is
+    the newest complete checkpoint of the worker."""
+
+    status: ReportStatus
+    completed_checkpoint_id: int = 0

@@ -1,13 +1,17 @@
-"""The pipeline-wide progress table: one record per worker, updated by reports."""
+"""The pipeline-wide progress table: one record per worker, updated by reports
+and checkpoint commits, and serialisable for the controller's own checkpoint."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from controller.core.model import (
     CheckpointInfo,
     ProgressReport,
+    QueryCut,
     QueryProgress,
+    Recovery,
     Registration,
     ReportStatus,
     WorkerState,
@@ -28,7 +32,19 @@ class WorkerRecord:
     queries: tuple[QueryProgress, ...] = ()
     dropped_checkpoints: int = 0
     last_checkpoint: CheckpointInfo | None = None
+    checkpoints_completed: int = 0
+    restored_checkpoint_id: int = 0
+    recovery: Recovery = Recovery()
     registrations: int = 1
+
+    @property
+    def last_checkpoint_id(self) -> int:
+        return self.last_checkpoint.checkpoint_id if self.last_checkpoint else 0
+
+
+def newest(*checkpoints: CheckpointInfo | None) -> CheckpointInfo | None:
+    present = [c for c in checkpoints if c is not None]
+    return max(present, key=lambda c: c.checkpoint_id) if present else None
 
 
 @dataclass
@@ -39,6 +55,8 @@ class ProgressTable:
 
     def register(self, registration: Registration, session_id: str, now: float) -> WorkerRecord:
         previous = self.workers.get(registration.worker_id)
+        # Reconcile: the newer of our record and what the worker holds durably.
+        reported = newest(*registration.checkpoints)
         record = WorkerRecord(
             worker_id=registration.worker_id,
             worker_index=registration.worker_index,
@@ -48,7 +66,8 @@ class ProgressTable:
             registered_at=now,
             last_heartbeat=now,
             queries=previous.queries if previous else (),
-            last_checkpoint=previous.last_checkpoint if previous else None,
+            last_checkpoint=newest(previous.last_checkpoint if previous else None, reported),
+            checkpoints_completed=previous.checkpoints_completed if previous else 0,
             registrations=previous.registrations + 1 if previous else 1,
         )
         self.workers[registration.worker_id] = record
@@ -68,12 +87,47 @@ class ProgressTable:
             last_seq=report.seq,
             queries=report.queries,
             dropped_checkpoints=report.dropped_checkpoints,
+            restored_checkpoint_id=report.restored_checkpoint_id,
+            recovery=report.recovery,
             last_heartbeat=now,
         )
         return ReportStatus.ACCEPTED
+
+    def commit(self, worker_id: str, checkpoint: CheckpointInfo) -> tuple[ReportStatus, int]:
+        """Record a durable checkpoint. Any session may commit: a checkpoint is
+        durable whoever wrote it, and ids only grow."""
+        record = self.workers.get(worker_id)
+        if record is None:
+            return ReportStatus.UNKNOWN_WORKER, 0
+        if checkpoint.checkpoint_id <= record.last_checkpoint_id:
+            return ReportStatus.DUPLICATE, record.last_checkpoint_id
+        self.workers[worker_id] = replace(record, last_checkpoint=checkpoint,
+                                          checkpoints_completed=record.checkpoints_completed + 1)
+        return ReportStatus.ACCEPTED, checkpoint.checkpoint_id
 
     def by_index(self, index: int) -> WorkerRecord | None:
         for record in self.workers.values():
             if record.worker_index == index:
                 return record
         return None
+
+    # -- the controller's own checkpoint ------------------------------------
+    def to_snapshot(self) -> dict[str, Any]:
+        return {"workers": [asdict(record) for record in self.workers.values()]}
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any]) -> ProgressTable:
+        table = cls()
+        for item in data.get("workers", []):
+            checkpoint = item.get("last_checkpoint")
+            table.workers[item["worker_id"]] = WorkerRecord(
+                **{k: v for k, v in item.items()
+                   if k not in ("state", "queries", "last_checkpoint", "recovery")},
+                state=WorkerState(item["state"]),
+                queries=tuple(QueryProgress(**q) for q in item.get("queries", [])),
+                last_checkpoint=None if checkpoint is None else CheckpointInfo(
+                    **{k: v for k, v in checkpoint.items() if k != "queries"},
+                    queries=tuple(QueryCut(**q) for q in checkpoint.get("queries", []))),
+                recovery=Recovery(**item.get("recovery", {})),
+            )
+        return table

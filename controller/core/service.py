@@ -6,13 +6,17 @@ session ids are injected, so tests drive it without sleeps.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from controller.core.errors import Conflict, InvalidRequest
 from controller.core.model import (
+    CheckpointInfo,
+    CommitOutcome,
     ProgressReport,
     RegisterResult,
     Registration,
@@ -22,6 +26,22 @@ from controller.core.model import (
 )
 from controller.core.progress import ProgressTable, WorkerRecord
 from controller.core.status import PipelineStatus, build_status
+
+
+log = logging.getLogger("sparkpoint.controller")
+
+
+def decide_restore(registration: Registration, record: WorkerRecord) -> RestoreDecision:
+    """The newest checkpoint the worker holds durably, or nothing.
+
+    The controller's own record may name a newer one (the worker's volume lost
+    it): that cannot be restored, and is reported, not silently hidden.
+    """
+    held = max((c.checkpoint_id for c in registration.checkpoints), default=None)
+    if record.last_checkpoint_id and (held is None or record.last_checkpoint_id > held):
+        log.warning("%s: checkpoint %d is complete but not on its volume any more; restoring %s",
+                    registration.worker_id, record.last_checkpoint_id, held or "nothing")
+    return RestoreDecision(checkpoint_id=held)
 
 
 @dataclass(frozen=True)
@@ -45,7 +65,8 @@ class ControllerService:
         1. Validate its identity against the configured worker count.
         2. Refuse a second worker id claiming an index another worker holds.
         3. Record it under a new session id: reports of older sessions become stale.
-        4. Decide what it restores (nothing, until checkpoints exist).
+        4. Decide what it restores: its newest durable checkpoint (the
+           worker verifies it and falls back to an older intact one).
         """
         # 1.
         if not registration.worker_id:
@@ -71,13 +92,30 @@ class ControllerService:
             session_id=record.session_id,
             worker_index=record.worker_index,
             worker_count=record.worker_count,
-            restore=RestoreDecision(),
+            restore=decide_restore(registration, record),
+            last_checkpoint_id=record.last_checkpoint_id,
         )
 
     def report_progress(self, report: ProgressReport) -> ReportOutcome:
         with self._lock:
             status = self._table.report(report, self._clock())
         return ReportOutcome(status)
+
+    def commit_checkpoint(self, worker_id: str, checkpoint: CheckpointInfo) -> CommitOutcome:
+        """A worker's checkpoint is durable; acknowledging it completes it."""
+        with self._lock:
+            status, completed = self._table.commit(worker_id, checkpoint)
+        return CommitOutcome(status, completed)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state the controller checkpoints (JSON-able)."""
+        with self._lock:
+            return self._table.to_snapshot()
+
+    def load_snapshot(self, data: dict[str, Any]) -> None:
+        """Resume from the controller's own checkpoint, before serving."""
+        with self._lock:
+            self._table = ProgressTable.from_snapshot(data)
 
     def worker(self, worker_id: str) -> WorkerRecord | None:
         with self._lock:

@@ -4,8 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.core.model import QueryProgress, WorkerState
+from controller.core.model import CheckpointInfo, QueryProgress, WorkerState
 from controller.core.progress import WorkerRecord
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    checkpoint_id: int
+    batch_ids: dict[str, int]
+    offsets: dict[str, dict[str, int]]
+    size_bytes: int
+    bytes_copied: int
+    duration_ms: float
+    created_at: float
+    age_s: float
+
+
+@dataclass(frozen=True)
+class RecoveryView:
+    active: bool
+    restored_checkpoint_id: int
+    target_bytes: int
+    replayed_bytes: int
+    caught_up_pct: float
 
 
 @dataclass(frozen=True)
@@ -21,6 +42,9 @@ class WorkerStatus:
     heartbeat_age_s: float
     pipeline_fingerprint: str
     dropped_checkpoints: int
+    checkpoints_completed: int
+    last_checkpoint: CheckpointView | None
+    recovery: RecoveryView
     registrations: int
     queries: list[QueryProgress] = field(default_factory=list)
 
@@ -48,6 +72,28 @@ def pipeline_state(records: list[WorkerRecord], expected: int) -> str:
     return WorkerState.RUNNING.value
 
 
+def checkpoint_view(checkpoint: CheckpointInfo | None, now: float) -> CheckpointView | None:
+    if checkpoint is None:
+        return None
+    return CheckpointView(
+        checkpoint_id=checkpoint.checkpoint_id,
+        batch_ids={q.name: q.batch_id for q in checkpoint.queries},
+        offsets={q.name: dict(q.offsets) for q in checkpoint.queries},
+        size_bytes=checkpoint.size_bytes,
+        bytes_copied=checkpoint.bytes_copied,
+        duration_ms=checkpoint.duration_ms,
+        created_at=checkpoint.created_at,
+        age_s=round(max(0.0, now - checkpoint.created_at), 3),
+    )
+
+
+def recovery_view(record: WorkerRecord) -> RecoveryView:
+    recovery = record.recovery
+    pct = 100.0 if recovery.target_bytes == 0 else 100.0 * recovery.replayed_bytes / recovery.target_bytes
+    return RecoveryView(recovery.active, record.restored_checkpoint_id, recovery.target_bytes,
+                        recovery.replayed_bytes, round(min(100.0, pct), 1))
+
+
 def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
     queries = list(record.queries)
     return WorkerStatus(
@@ -65,6 +111,9 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         heartbeat_age_s=round(max(0.0, now - record.last_heartbeat), 3),
         pipeline_fingerprint=record.pipeline_fingerprint,
         dropped_checkpoints=record.dropped_checkpoints,
+        checkpoints_completed=record.checkpoints_completed,
+        last_checkpoint=checkpoint_view(record.last_checkpoint, now),
+        recovery=recovery_view(record),
         registrations=record.registrations,
         queries=queries,
     )

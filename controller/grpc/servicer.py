@@ -16,7 +16,9 @@ from controller.core import errors
 from controller.core.model import (
     CheckpointInfo,
     ProgressReport,
+    QueryCut,
     QueryProgress,
+    Recovery,
     Registration,
     ReportStatus,
     WorkerState,
@@ -65,7 +67,14 @@ def _mapped(method: Handler) -> Handler:
 
 
 def checkpoint_from_pb(ref: pb.CheckpointRef) -> CheckpointInfo:
-    return CheckpointInfo(ref.checkpoint_id, dict(ref.batch_ids), ref.size_bytes, ref.duration_ms, ref.created_at)
+    return CheckpointInfo(
+        checkpoint_id=ref.checkpoint_id,
+        queries=tuple(QueryCut(q.name, q.batch_id, dict(q.offsets)) for q in ref.queries),
+        size_bytes=ref.size_bytes,
+        duration_ms=ref.duration_ms,
+        created_at=ref.created_at,
+        bytes_copied=ref.bytes_copied,
+    )
 
 
 class ControllerServicer(pb_grpc.ControllerServicer):
@@ -91,6 +100,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
             session_id=result.session_id,
             assignment=pb.Assignment(worker_index=result.worker_index, worker_count=result.worker_count),
             restore=restore,
+            last_checkpoint_id=result.last_checkpoint_id,
         )
 
     @_mapped
@@ -105,6 +115,8 @@ class ControllerServicer(pb_grpc.ControllerServicer):
                               q.active, q.error)
                 for q in request.queries),
             dropped_checkpoints=request.dropped_checkpoints,
+            restored_checkpoint_id=request.restored_checkpoint_id,
+            recovery=Recovery(request.recovery.active, request.recovery.target_bytes, request.recovery.replayed_bytes),
         ))
         return pb.ProgressAck(
             status=_REPORT_STATUS_TO_PB[outcome.status],
@@ -113,7 +125,9 @@ class ControllerServicer(pb_grpc.ControllerServicer):
 
     @_mapped
     def CommitCheckpoint(self, request: pb.CheckpointCommit, context: grpc.ServicerContext) -> pb.CheckpointAck:  # noqa: N802
-        raise errors.ControllerError("checkpoint commits are not implemented yet")
+        outcome = self._service.commit_checkpoint(request.worker_id, checkpoint_from_pb(request.checkpoint))
+        return pb.CheckpointAck(status=_REPORT_STATUS_TO_PB[outcome.status],
+                                completed_checkpoint_id=outcome.completed_checkpoint_id)
 
 
 def start_grpc_server(service: ControllerService, bind: str, port: int) -> tuple[grpc.Server, int]:

@@ -10,25 +10,32 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import grpc
 
 from proto.sparkpoint.v1 import controller_pb2 as pb
 from worker.control.backoff import Backoff
 from worker.control.client import ControllerClient, RegistrationRefused
-from worker.runtime.progress import ProgressTracker
+from worker.runtime.progress import QueryStatus
 
 log = logging.getLogger("sparkpoint.worker.reporter")
 
 
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    state: int
+    queries: list[QueryStatus] = field(default_factory=list)
+    dropped_checkpoints: int = 0
+    restored_checkpoint_id: int = 0
+    recovery: pb.Recovery | None = None
+
+
 class Reporter:
-    def __init__(self, client: ControllerClient, tracker: ProgressTracker, session_id: str,
-                 interval_s: float, state: Callable[[], int]) -> None:
+    def __init__(self, client: ControllerClient, snapshot: Callable[[], WorkerSnapshot], interval_s: float) -> None:
         self._client = client
-        self._tracker = tracker
-        self._session_id = session_id
+        self._snapshot = snapshot
         self._interval_s = interval_s
-        self._state = state
         self._seq = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sparkpoint-reporter", daemon=True)
@@ -41,11 +48,13 @@ class Reporter:
     def report_now(self) -> int:
         """Send one report; returns the controller's status."""
         self._seq += 1
-        status = self._client.report(self._session_id, self._seq, self._state(), self._tracker.snapshot())
+        snap = self._snapshot()
+        status = self._client.report(self._seq, snap.state, snap.queries,
+                                     dropped_checkpoints=snap.dropped_checkpoints,
+                                     restored_checkpoint_id=snap.restored_checkpoint_id, recovery=snap.recovery)
         if status == pb.REPORT_STATUS_UNKNOWN_WORKER:
             # A restarted controller: register again, keep running what runs.
             registered = self._client.register_once()
-            self._session_id = registered.session_id
             self._seq = 0
             log.info("re-registered with the controller (session %s)", registered.session_id)
         return status

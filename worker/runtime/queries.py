@@ -1,12 +1,12 @@
 """Turn a pipeline graph into Spark Structured Streaming queries: one per branch.
 
 Each query is named after its sink node and keeps Spark's working checkpoint
-under ``SP_WORK_DIR/queries/<sink name>``.
+under ``<query root>/<sink name>`` (the query root is a fresh directory under
+``SP_WORK_DIR`` for every worker run; see ``worker.main``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -20,28 +20,13 @@ from worker.sinks.files import FORMAT as FILES_FORMAT
 from worker.sources.log_source import FORMAT as LOG_FORMAT
 
 
-@dataclass(frozen=True)
-class QueryPlan:
-    """What one branch needs from the outside world, resolved from settings."""
-
-    name: str
-    checkpoint_location: Path
-    output_mode: str
-    source_logs: tuple[Path, ...]
+def source_logs(pipeline: Pipeline, settings: WorkerSettings) -> list[Path]:
+    """The event log directories the pipeline reads."""
+    return sorted({settings.log_dir / node.params["log"] for node in pipeline.nodes() if node.kind == "source.log"})
 
 
-def query_checkpoint_root(settings: WorkerSettings) -> Path:
-    return settings.work_dir / "queries"
-
-
-def plan_branch(branch: Stream, settings: WorkerSettings) -> QueryPlan:
-    stateful = any(node.is_stateful for node in branch.nodes)
-    return QueryPlan(
-        name=branch.sink.name,
-        checkpoint_location=query_checkpoint_root(settings) / branch.sink.name,
-        output_mode="complete" if stateful else "append",
-        source_logs=tuple(settings.log_dir / n.params["log"] for n in branch.nodes if n.kind == "source.log"),
-    )
+def output_mode(branch: Stream) -> str:
+    return "complete" if any(node.is_stateful for node in branch.nodes) else "append"
 
 
 def _apply(df: DataFrame, node: Node) -> DataFrame:
@@ -72,16 +57,16 @@ def _read(spark: SparkSession, node: Node, settings: WorkerSettings) -> DataFram
     )
 
 
-def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings) -> StreamingQuery:
-    plan = plan_branch(branch, settings)
+def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, query_root: Path) -> StreamingQuery:
+    name = branch.sink.name
     source, *transforms, sink = branch.nodes
     df = _read(spark, source, settings)
     for node in transforms:
         df = _apply(df, node)
     writer = (
-        df.writeStream.queryName(plan.name)
-        .outputMode(plan.output_mode)
-        .option("checkpointLocation", str(plan.checkpoint_location))
+        df.writeStream.queryName(name)
+        .outputMode(output_mode(branch))
+        .option("checkpointLocation", str(query_root / name))
         .trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     )
     if sink.kind == "sink.files":
@@ -90,8 +75,9 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings) 
         writer = writer.format(CONSOLE_FORMAT)
     else:
         raise PipelineError(f"node {sink.name!r}: unknown sink kind {sink.kind!r}")
-    return writer.option("workerId", settings.worker_id).option("queryName", plan.name).start()
+    return writer.option("workerId", settings.worker_id).option("queryName", name).start()
 
 
-def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings) -> list[StreamingQuery]:
-    return [start_branch(spark, branch, settings) for branch in pipeline.branches]
+def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings,
+                  query_root: Path) -> list[StreamingQuery]:
+    return [start_branch(spark, branch, settings, query_root) for branch in pipeline.branches]

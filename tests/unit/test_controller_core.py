@@ -1,0 +1,192 @@
+"""ControllerService: registration, progress reports and the status view,
+driven with a fake clock and deterministic session ids (no sleeps)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from controller.core.errors import Conflict, InvalidRequest
+from controller.core.model import (
+    ProgressReport,
+    QueryProgress,
+    Registration,
+    ReportStatus,
+    RestoreDecision,
+    WorkerState,
+)
+from controller.core.service import ControllerService, ServiceConfig
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def service(clock) -> ControllerService:
+    ids = itertools.count(1)
+    return ControllerService(ServiceConfig(worker_count=2), clock=clock, new_session_id=lambda: f"s{next(ids)}")
+
+
+def registration(worker_id="w0", index=0, count=2) -> Registration:
+    return Registration(worker_id=worker_id, worker_index=index, worker_count=count,
+                        pipeline_fingerprint="fp", node_names=("src", "out"))
+
+
+def report(session, seq, *, worker_id="w0", state=WorkerState.RUNNING, queries=()) -> ProgressReport:
+    return ProgressReport(worker_id=worker_id, session_id=session, seq=seq, state=state, queries=tuple(queries))
+
+
+def query(name, batch_id=0, rows=0, rps=0.0, offsets=None) -> QueryProgress:
+    return QueryProgress(name, batch_id, offsets or {}, rows, rps)
+
+
+# --- registration ----------------------------------------------------------------
+
+def test_register_returns_assignment_and_empty_restore(service, clock):
+    result = service.register(registration("w1", 1))
+    assert result.session_id == "s1"
+    assert (result.worker_index, result.worker_count) == (1, 2)
+    assert result.restore == RestoreDecision(checkpoint_id=None, savepoint_id=None)
+    record = service.worker("w1")
+    assert record.state == WorkerState.STARTING
+    assert record.registered_at == record.last_heartbeat == clock.now
+    assert record.registrations == 1
+
+
+def test_worker_count_mismatch_is_a_conflict(service):
+    with pytest.raises(Conflict, match="SP_WORKER_COUNT=3"):
+        service.register(registration(count=3))
+    assert service.worker("w0") is None
+
+
+@pytest.mark.parametrize("index", [2, -1])
+def test_index_out_of_range_is_invalid(service, index):
+    with pytest.raises(InvalidRequest, match="outside 0..1"):
+        service.register(registration(index=index))
+
+
+def test_missing_worker_id_is_invalid(service):
+    with pytest.raises(InvalidRequest):
+        service.register(registration(worker_id=""))
+
+
+def test_second_worker_claiming_a_held_index_is_a_conflict(service):
+    service.register(registration("w0", 0))
+    with pytest.raises(Conflict, match="already held by w0"):
+        service.register(registration("intruder", 0))
+    assert service.worker("intruder") is None
+    assert service.worker("w0").session_id == "s1"
+
+
+def test_reregistration_gets_new_session_and_old_reports_are_stale(service):
+    old = service.register(registration()).session_id
+    assert service.report_progress(report(old, 1)).status == ReportStatus.ACCEPTED
+    new = service.register(registration()).session_id
+    assert new != old
+    assert service.worker("w0").registrations == 2
+    assert service.report_progress(report(old, 2)).status == ReportStatus.STALE
+    assert service.worker("w0").state == WorkerState.STARTING
+    # The new session starts its own sequence.
+    assert service.report_progress(report(new, 1)).status == ReportStatus.ACCEPTED
+    assert service.worker("w0").state == WorkerState.RUNNING
+
+
+# --- reports -----------------------------------------------------------------------
+
+def test_duplicate_and_out_of_order_reports_leave_the_table_unchanged(service, clock):
+    session = service.register(registration()).session_id
+    assert service.report_progress(report(session, 5, queries=[query("out", 3, 30)])).status == ReportStatus.ACCEPTED
+    before = service.worker("w0")
+    clock.now += 10
+    for seq in (5, 4, 0):
+        outcome = service.report_progress(report(session, seq, state=WorkerState.FAILED, queries=[query("out", 9, 90)]))
+        assert outcome.status == ReportStatus.DUPLICATE
+    assert service.worker("w0") == before
+    assert service.report_progress(report(session, 6, queries=[query("out", 4, 40)])).status == ReportStatus.ACCEPTED
+    assert service.worker("w0").queries[0].batch_id == 4
+
+
+def test_unknown_worker(service):
+    assert service.report_progress(report("s1", 1, worker_id="ghost")).status == ReportStatus.UNKNOWN_WORKER
+    assert service.worker("ghost") is None
+
+
+# --- status ------------------------------------------------------------------------
+
+def test_pipeline_state_transitions(service):
+    assert service.status().state == "starting"
+    s0 = service.register(registration("w0", 0)).session_id
+    service.report_progress(report(s0, 1, worker_id="w0"))
+    status = service.status()
+    assert (status.state, status.workers_registered, status.workers_expected) == ("starting", 1, 2)
+
+    s1 = service.register(registration("w1", 1)).session_id
+    assert service.status().state == "starting"          # w1 has not reported yet
+    service.report_progress(report(s1, 1, worker_id="w1"))
+    assert service.status().state == "running"
+
+    service.report_progress(report(s1, 2, worker_id="w1", state=WorkerState.RECOVERING))
+    assert service.status().state == "recovering"
+    service.report_progress(report(s0, 2, worker_id="w0", state=WorkerState.FAILED))
+    assert service.status().state == "failed"
+
+    service.report_progress(report(s0, 3, worker_id="w0", state=WorkerState.FINISHED))
+    service.report_progress(report(s1, 3, worker_id="w1", state=WorkerState.FINISHED))
+    assert service.status().state == "finished"
+
+
+def test_heartbeat_age_follows_the_clock(service, clock):
+    clock.now = 100.0
+    session = service.register(registration()).session_id
+    clock.now = 103.0
+    service.report_progress(report(session, 1))
+    clock.now = 110.5
+    worker = service.status().workers[0]
+    assert worker.last_heartbeat == 103.0
+    assert worker.heartbeat_age_s == pytest.approx(7.5)
+    clock.now = 111.0
+    service.report_progress(report(session, 1))            # duplicate: no heartbeat
+    assert service.status().workers[0].heartbeat_age_s == pytest.approx(8.0)
+
+
+def test_worker_rows_are_the_slowest_query_and_pipeline_sums_workers(service):
+    s0 = service.register(registration("w0", 0)).session_id
+    s1 = service.register(registration("w1", 1)).session_id
+    service.report_progress(report(s0, 1, worker_id="w0", queries=[
+        query("a", batch_id=7, rows=500, rps=50.0, offsets={"0": 900}),
+        query("b", batch_id=5, rows=300, rps=20.0, offsets={"0": 700}),
+    ]))
+    service.report_progress(report(s1, 1, worker_id="w1", queries=[query("a", batch_id=2, rows=40, rps=4.0)]))
+    status = service.status()
+    w0, w1 = status.workers
+    assert [w.worker_id for w in status.workers] == ["w0", "w1"]
+    assert (w0.rows_processed, w0.batch_id, w0.rows_per_second) == (300, 5, 20.0)
+    assert w0.offsets == {"a": {"0": 900}, "b": {"0": 700}}
+    assert w1.rows_processed == 40
+    assert status.rows_processed == 340
+    assert status.rows_per_second == pytest.approx(24.0)
+
+
+def test_worker_without_queries(service):
+    service.register(registration())
+    worker = service.status().workers[0]
+    assert (worker.batch_id, worker.rows_processed, worker.offsets) == (-1, 0, {})
+
+
+def test_reregistration_keeps_last_known_queries(service):
+    session = service.register(registration()).session_id
+    service.report_progress(report(session, 1, queries=[query("out", 3, 30)]))
+    service.register(registration())
+    worker = service.status().workers[0]
+    assert (worker.batch_id, worker.rows_processed, worker.registrations) == (3, 30, 2)

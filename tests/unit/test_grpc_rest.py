@@ -1,0 +1,209 @@
+"""The controller's transports, in-process: a real gRPC server with the worker's
+client against it, and the REST app through FastAPI's TestClient."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+
+import grpc
+import pytest
+from fastapi.testclient import TestClient
+
+from controller.core.service import ControllerService, ServiceConfig
+from controller.grpc.servicer import start_grpc_server
+from controller.rest.app import create_app
+from proto.sparkpoint.v1 import controller_pb2 as pb
+from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
+from worker.runtime.progress import QueryStatus
+
+
+class FakeClock:
+    def __init__(self, now: float = 5000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def service(clock) -> ControllerService:
+    ids = itertools.count(1)
+    return ControllerService(ServiceConfig(worker_count=2), clock=clock, new_session_id=lambda: f"s{next(ids)}")
+
+
+@pytest.fixture
+def grpc_port(service):
+    server, port = start_grpc_server(service, "127.0.0.1", 0)
+    yield port
+    server.stop(grace=None).wait()
+
+
+@pytest.fixture
+def make_client(grpc_port):
+    clients: list[ControllerClient] = []
+
+    def make(worker_id="w0", index=0, count=2, address=None) -> ControllerClient:
+        identity = WorkerIdentity(worker_id, index, count, "fp-1", ("src", "out"))
+        client = ControllerClient(address or f"127.0.0.1:{grpc_port}", identity, timeout_s=5)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def rest(service):
+    with TestClient(create_app(service)) as client:
+        yield client
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- gRPC ----------------------------------------------------------------------------
+
+def test_register_once(make_client, service):
+    registered = make_client("w1", 1).register_once()
+    assert registered.session_id == "s1"
+    assert (registered.worker_index, registered.worker_count) == (1, 2)
+    assert registered.restore_checkpoint_id is None and registered.restore_savepoint_id is None
+    assert service.worker("w1").pipeline_fingerprint == "fp-1"
+
+
+def test_report_statuses(make_client, service):
+    client = make_client()
+    session = client.register_once().session_id
+    assert client.session_id == session
+    queries = [QueryStatus("out", batch_id=2, offsets={"0": 120, "1": 64}, rows_processed=9, rows_per_second=3.5)]
+    assert client.report(1, pb.WORKER_STATE_RUNNING, queries) == pb.REPORT_STATUS_ACCEPTED
+    assert client.report(1, pb.WORKER_STATE_RUNNING, queries) == pb.REPORT_STATUS_DUPLICATE
+    assert make_client("ghost", 1).report(1, pb.WORKER_STATE_RUNNING, []) == pb.REPORT_STATUS_UNKNOWN_WORKER
+    record = service.worker("w0")
+    assert record.state.value == "running"
+    assert record.queries[0].offsets == {"0": 120, "1": 64}
+    assert (record.queries[0].batch_id, record.queries[0].rows_processed) == (2, 9)
+
+
+def test_reports_of_an_older_session_are_stale(make_client):
+    old = make_client()
+    old.register_once()
+    new = make_client()
+    new.register_once()                       # the same worker id, restarted
+    assert new.session_id != old.session_id
+    assert old.report(5, pb.WORKER_STATE_RUNNING, []) == pb.REPORT_STATUS_STALE
+    assert new.report(1, pb.WORKER_STATE_RUNNING, []) == pb.REPORT_STATUS_ACCEPTED
+
+
+def test_unspecified_state_is_starting(make_client, service):
+    client = make_client()
+    client.register_once()
+    assert client.report(1, pb.WORKER_STATE_UNSPECIFIED, []) == pb.REPORT_STATUS_ACCEPTED
+    assert service.worker("w0").state.value == "starting"
+
+
+def test_worker_count_conflict_is_refused(make_client):
+    with pytest.raises(RegistrationRefused, match="SP_WORKER_COUNT=3"):
+        make_client(count=3).register_once()
+
+
+def test_held_index_is_refused_without_retrying(make_client):
+    make_client("w0", 0).register_once()
+    waits: list[float] = []
+    with pytest.raises(RegistrationRefused, match="already held by w0"):
+        make_client("other", 0).register(threading.Event(), wait=lambda d: waits.append(d) or False)
+    assert waits == []
+
+
+def test_index_out_of_range_is_refused(make_client):
+    with pytest.raises(RegistrationRefused, match="outside"):
+        make_client("w5", 5).register_once()
+
+
+def test_unreachable_controller_is_retried_until_stopped(make_client):
+    client = make_client(address=f"127.0.0.1:{closed_port()}")
+    with pytest.raises(grpc.RpcError) as caught:
+        client.register_once()
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    stop = threading.Event()
+    waits: list[float] = []
+
+    def wait(delay: float) -> bool:
+        waits.append(delay)
+        if len(waits) == 3:
+            stop.set()
+        return stop.is_set()
+
+    assert client.register(stop, wait=wait) is None
+    assert waits == pytest.approx([0.2, 0.4, 0.8])
+
+
+def test_register_returns_none_when_already_stopped(make_client):
+    stop = threading.Event()
+    stop.set()
+    assert make_client().register(stop, wait=lambda d: pytest.fail("must not wait")) is None
+
+
+# --- REST ----------------------------------------------------------------------------
+
+def test_health(rest):
+    response = rest.get("/health")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_status_after_grpc_registration_and_report(make_client, rest, clock):
+    client = make_client("w0", 0)
+    client.register_once()
+    clock.now += 2
+    client.report(1, pb.WORKER_STATE_RUNNING,
+                  [QueryStatus("out", batch_id=4, offsets={"0": 120}, rows_processed=30, rows_per_second=6.0)])
+    clock.now += 1.5
+    response = rest.get("/status")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["state"] == "starting"            # 1 of 2 workers registered
+    assert (body["workers_expected"], body["workers_registered"], body["rows_processed"]) == (2, 1, 30)
+    [worker] = body["workers"]
+    assert worker["worker_id"] == "w0" and worker["state"] == "running"
+    assert worker["batch_id"] == 4
+    assert worker["offsets"] == {"out": {"0": 120}}
+    assert worker["heartbeat_age_s"] == pytest.approx(1.5)
+    assert worker["queries"][0]["name"] == "out"
+
+    one = rest.get("/workers/w0")
+    assert one.status_code == 200 and one.json()["batch_id"] == 4
+
+
+def test_unknown_worker_is_404_json(rest):
+    response = rest.get("/workers/nobody")
+    assert response.status_code == 404
+    assert response.json() == {"error": "no worker 'nobody' has registered"}
+
+
+def test_unknown_route_is_404_json(rest):
+    response = rest.get("/no/such/route")
+    assert response.status_code == 404
+    assert set(response.json()) == {"error"}
+
+
+def test_wrong_method_is_json(rest):
+    response = rest.post("/status")
+    assert response.status_code == 405
+    assert set(response.json()) == {"error"}
+
+
+def test_openapi_lists_status(rest):
+    paths = rest.get("/openapi.json").json()["paths"]
+    assert {"/status", "/health", "/workers/{worker_id}"} <= set(paths)

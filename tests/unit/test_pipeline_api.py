@@ -1,0 +1,259 @@
+"""The pipeline-authoring API (names, validation, fingerprint, describe) and
+the pipeline file loader."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from worker import api as sp
+from worker.api.loader import load_pipeline
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = "id long, sym string, size long"
+
+
+def passthrough(df):
+    return df
+
+
+def make_function(source: str, name: str = "enrich"):
+    """Define a function from source, as a reloaded pipeline file would."""
+    namespace: dict = {"__name__": "pipeline_under_test"}
+    exec(textwrap.dedent(source), namespace)
+    return namespace[name]
+
+
+def two_branches(fn=passthrough, directory="out"):
+    source = sp.read.from_log("trades", schema=SCHEMA)
+    return sp.run(
+        source | sp.map(fn) | sp.write.to_console(),
+        source | sp.filter("size > 0") | sp.write.to_files(directory),
+    )
+
+
+def single(fn=passthrough, directory="out", name_map="m"):
+    return sp.run(sp.read.from_log("trades", schema=SCHEMA, name="src")
+                  | sp.map(fn, name=name_map)
+                  | sp.write.to_files(directory, name="sink"))
+
+
+# --- names ---------------------------------------------------------------------
+
+def test_default_names_are_kind_and_position():
+    names = [node.name for node in two_branches().nodes()]
+    assert names == ["log_0", "map_1", "console_2", "filter_3", "files_4"]
+
+
+def test_default_names_are_deterministic_across_builds():
+    assert [n["name"] for n in two_branches().describe()] == [n["name"] for n in two_branches().describe()]
+    assert two_branches().fingerprint() == two_branches().fingerprint()
+
+
+def test_explicit_names_are_kept():
+    pipeline = sp.run(sp.read.from_log("trades", schema=SCHEMA, name="trades")
+                      | sp.aggregate("sym", {"volume": "sum(size)"}, name="volume_state")
+                      | sp.write.to_console())
+    assert [n.name for n in pipeline.nodes()] == ["trades", "volume_state", "console_2"]
+    assert pipeline.node("volume_state").is_stateful
+
+
+def test_duplicate_names_rejected():
+    with pytest.raises(sp.PipelineError, match="two nodes are named 'x'"):
+        sp.run(sp.read.from_log("t", schema=SCHEMA, name="x") | sp.map(passthrough, name="x")
+               | sp.write.to_console())
+
+
+def test_explicit_name_clashing_with_a_default_rejected():
+    with pytest.raises(sp.PipelineError, match="map_1"):
+        sp.run(sp.read.from_log("t", schema=SCHEMA) | sp.map(passthrough)
+               | sp.write.to_console(name="map_1"))
+
+
+@pytest.mark.parametrize("name", ["", "1st", "has space", "a/b", "é", "a" * 65])
+def test_bad_names_rejected(name):
+    with pytest.raises(sp.PipelineError, match="not allowed"):
+        sp.run(sp.read.from_log("t", schema=SCHEMA, name=name) | sp.write.to_console())
+
+
+def test_longest_allowed_name():
+    pipeline = sp.run(sp.read.from_log("t", schema=SCHEMA, name="a" * 64) | sp.write.to_console())
+    assert pipeline.nodes()[0].name == "a" * 64
+
+
+# --- structure -----------------------------------------------------------------
+
+def test_stream_must_end_in_sink():
+    with pytest.raises(sp.PipelineError, match="does not end in a sink"):
+        sp.run(sp.read.from_log("t", schema=SCHEMA, name="src") | sp.map(passthrough))
+
+
+def test_nothing_after_sink():
+    with pytest.raises(sp.PipelineError, match="nothing can follow the sink out"):
+        sp.read.from_log("t", schema=SCHEMA) | sp.write.to_console(name="out") | sp.map(passthrough)
+
+
+def test_run_needs_streams():
+    with pytest.raises(sp.PipelineError):
+        sp.run()
+    with pytest.raises(sp.PipelineError, match="takes streams"):
+        sp.run(sp.map(passthrough))
+
+
+def test_pipe_into_non_operator_rejected():
+    with pytest.raises(sp.PipelineError, match="expected an operator"):
+        sp.read.from_log("t", schema=SCHEMA) | passthrough
+
+
+def test_describe_lists_inputs_and_shared_source_once():
+    described = {n["name"]: n for n in two_branches().describe()}
+    assert list(described) == ["log_0", "map_1", "console_2", "filter_3", "files_4"]
+    assert described["log_0"]["inputs"] == []
+    assert described["map_1"]["inputs"] == ["log_0"]
+    assert described["console_2"]["inputs"] == ["map_1"]
+    assert described["filter_3"]["inputs"] == ["log_0"]
+    assert described["files_4"]["inputs"] == ["filter_3"]
+    assert described["filter_3"]["params"] == {"condition": "size > 0"}
+    assert described["map_1"]["function"].startswith(f"{__name__}.passthrough#")
+    assert described["filter_3"]["function"] is None
+
+
+def test_describe_shared_prefix_lists_each_input_once():
+    enriched = sp.read.from_log("trades", schema=SCHEMA, name="src") | sp.map(passthrough, name="enrich")
+    pipeline = sp.run(enriched | sp.write.to_console(name="a"), enriched | sp.write.to_files("b", name="b"))
+    inputs = {n["name"]: n["inputs"] for n in pipeline.describe()}
+    assert inputs == {"src": [], "enrich": ["src"], "a": ["enrich"], "b": ["enrich"]}
+
+
+# --- fingerprint ---------------------------------------------------------------
+
+def test_fingerprint_changes_with_a_param():
+    assert single(directory="a").fingerprint() != single(directory="b").fingerprint()
+
+
+def test_fingerprint_changes_with_a_name():
+    assert single(name_map="m").fingerprint() != single(name_map="n").fingerprint()
+
+
+def test_fingerprint_changes_when_a_constant_in_the_function_changes():
+    a = make_function('def enrich(df):\n    return df.select("price")\n')
+    b = make_function('def enrich(df):\n    return df.select("size")\n')
+    assert single(a).fingerprint() != single(b).fingerprint()
+
+
+def test_fingerprint_changes_when_the_method_called_changes():
+    # Same bytecode and constants, different attribute name (co_names).
+    a = make_function('def enrich(df):\n    return df.select("price")\n')
+    b = make_function('def enrich(df):\n    return df.where("price")\n')
+    assert single(a).fingerprint() != single(b).fingerprint()
+
+
+def test_fingerprint_same_when_reloading_a_file_whose_function_has_a_comprehension(tmp_path):
+    # A worker restart loads the same file again: the fingerprint must not change,
+    # also when a function holds a nested code object (comprehension, lambda).
+    path = tmp_path / "p.py"
+    path.write_text(textwrap.dedent("""\
+        from worker import api as sp
+
+        def enrich(df):
+            return df.select(*[c for c in df.columns])
+
+        sp.run(sp.read.from_log("t", schema="a int") | sp.map(enrich, name="m") | sp.write.to_console())
+    """))
+    first, second = load_pipeline(path), load_pipeline(path)
+    assert first.describe()[1]["function"] == second.describe()[1]["function"]
+    assert first.fingerprint() == second.fingerprint()
+
+
+# --- loader --------------------------------------------------------------------
+
+def write(tmp_path: Path, body: str, name: str = "p.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_load_missing_file_names_the_path(tmp_path):
+    path = tmp_path / "missing.py"
+    with pytest.raises(sp.PipelineError) as caught:
+        load_pipeline(path)
+    assert str(path) in str(caught.value)
+
+
+def test_load_file_without_run(tmp_path):
+    path = write(tmp_path, """\
+        from worker import api as sp
+        source = sp.read.from_log("t", schema="a int")
+    """)
+    with pytest.raises(sp.PipelineError) as caught:
+        load_pipeline(path)
+    assert str(caught.value).startswith(str(path))
+    assert "does not define a pipeline" in str(caught.value)
+
+
+def test_load_file_raising_reports_path_line_and_exception(tmp_path):
+    path = write(tmp_path, """\
+        from worker import api as sp
+
+        ratio = 1
+        ratio = ratio / 0
+    """)
+    with pytest.raises(sp.PipelineError) as caught:
+        load_pipeline(path)
+    message = str(caught.value)
+    assert message == f"{path} (line 4): ZeroDivisionError: division by zero"
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_load_file_raising_in_a_helper_reports_the_innermost_line(tmp_path):
+    path = write(tmp_path, """\
+        def helper():
+            raise KeyError("sym")
+
+        helper()
+    """)
+    with pytest.raises(sp.PipelineError) as caught:
+        load_pipeline(path)
+    assert str(caught.value) == f"{path} (line 2): KeyError: 'sym'"
+
+
+def test_load_pipeline_error_is_prefixed_with_the_path(tmp_path):
+    path = write(tmp_path, """\
+        from worker import api as sp
+        sp.run(sp.read.from_log("t", schema="a int") | sp.map(lambda df: df))
+    """)
+    with pytest.raises(sp.PipelineError) as caught:
+        load_pipeline(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert "does not end in a sink" in str(caught.value)
+
+
+def test_load_two_runs_rejected(tmp_path):
+    path = write(tmp_path, """\
+        from worker import api as sp
+        sp.run(sp.read.from_log("a", schema="x int") | sp.write.to_console())
+        sp.run(sp.read.from_log("b", schema="x int") | sp.write.to_console())
+    """)
+    with pytest.raises(sp.PipelineError, match="2 times"):
+        load_pipeline(path)
+
+
+def test_run_outside_the_loader_records_nothing(tmp_path):
+    path = write(tmp_path, """\
+        from worker import api as sp
+        sp.run(sp.read.from_log("a", schema="x int") | sp.write.to_console(name="out"))
+    """)
+    single()  # a pipeline declared outside load_pipeline must not leak into the next load
+    assert [n.name for n in load_pipeline(path).nodes()] == ["log_0", "out"]
+
+
+def test_load_the_example_pipeline():
+    pipeline = load_pipeline(REPO / "pipelines" / "trades.py")
+    assert [n.name for n in pipeline.nodes()] == [
+        "trades", "enrich", "enriched_out", "vwap_state", "vwap", "vwap_out"]
+    assert len(pipeline.branches) == 2
+    inputs = {n["name"]: n["inputs"] for n in pipeline.describe()}
+    assert inputs["vwap_state"] == ["trades"] and inputs["enrich"] == ["trades"]
+    assert load_pipeline(REPO / "pipelines" / "trades.py").fingerprint() == pipeline.fingerprint()

@@ -1,0 +1,194 @@
+"""Worker-side bookkeeping without Spark: ProgressTracker fed with
+StreamingQueryProgress-shaped dicts, error summaries, worker_state, Backoff."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proto.sparkpoint.v1 import controller_pb2 as pb
+from worker.control.backoff import Backoff
+from worker.main import worker_state
+from worker.runtime.progress import ProgressTracker, QueryStatus, merge_offsets, summarize_error
+
+_JVM_FRAMES = "".join(
+    f"\tat org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution.runBatch{i}"
+    f"(MicroBatchExecution.scala:{1000 + i})\n" for i in range(200))
+
+_PYTHON_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/worker.py", '
+    "line 4207, in invoke_udf\n"
+    "    func, profiler, deserializer, serializer = read_udfs(\n"
+    "                                               ^^^^^^^^^^\n"
+    '  File "/work/pipelines/trades.py", line 14, in enrich\n'
+    "    return size / 0\n"
+    "ZeroDivisionError: division by zero\n"
+)
+
+# str(StreamingQuery.exception()): what worker.main passes to on_terminated.
+QUERY_EXCEPTION_TEXT = (
+    "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: " + _PYTHON_TRACEBACK
+    + " SQLSTATE: 38000\n=== Streaming Query ===\n"
+    "Identifier: vwap_out [id = 4fe05db2-2839-448e-9985-37bfa6a50843, runId = 913ea145-0f0b]\n"
+    "Current State: ACTIVE\nThread State: RUNNABLE\n"
+)
+
+# QueryTerminatedEvent.exception: what SparkProgressListener passes to on_terminated
+# (the JVM's exception string; shape captured from a real PySpark 4.3 query).
+LISTENER_EXCEPTION_TEXT = (
+    "org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown from the "
+    "Python worker: " + _PYTHON_TRACEBACK + " SQLSTATE: 38000\n" + _JVM_FRAMES
+)
+
+
+def progress(batch_id, rows, *, name="out", end_offset=None, rps=12.5) -> dict:
+    event = {"id": "9c1d", "runId": "77aa", "name": name, "batchId": batch_id, "numInputRows": rows,
+             "inputRowsPerSecond": 3.0, "processedRowsPerSecond": rps, "sources": []}
+    if end_offset is not None:
+        event["sources"] = [{"description": "LogSource", "startOffset": None, "endOffset": end_offset,
+                             "numInputRows": rows}]
+    return event
+
+
+# --- ProgressTracker -------------------------------------------------------------
+
+def test_rows_accumulate_per_new_batch():
+    tracker = ProgressTracker()
+    tracker.started("out")
+    assert tracker.snapshot() == [QueryStatus("out")]
+    tracker.on_progress(progress(0, 10, end_offset='{"0": 100, "1": 40}'))
+    tracker.on_progress(progress(1, 5, end_offset={"0": 150, "1": 40}, rps=99.0))
+    [status] = tracker.snapshot()
+    assert status.batch_id == 1
+    assert status.rows_processed == 15
+    assert status.offsets == {"0": 150, "1": 40}
+    assert status.rows_per_second == 99.0
+    assert status.active and status.error == ""
+
+
+def test_repeated_batch_id_does_not_double_count():
+    tracker = ProgressTracker()
+    tracker.on_progress(progress(0, 10, end_offset='{"0": 100}'))
+    tracker.on_progress(progress(0, 10, end_offset='{"0": 100}'))
+    assert tracker.snapshot()[0].rows_processed == 10
+
+
+def test_late_batch_is_ignored():
+    tracker = ProgressTracker()
+    tracker.on_progress(progress(3, 10, end_offset='{"0": 300}'))
+    tracker.on_progress(progress(2, 7, end_offset='{"0": 200}'))
+    [status] = tracker.snapshot()
+    assert (status.batch_id, status.rows_processed, status.offsets) == (3, 10, {"0": 300})
+
+
+def test_progress_without_sources_keeps_offsets():
+    tracker = ProgressTracker()
+    tracker.on_progress(progress(0, 4, end_offset={"2": 64}))
+    tracker.on_progress(progress(1, 0))
+    assert tracker.snapshot()[0].offsets == {"2": 64}
+
+
+def test_queries_are_tracked_separately_and_sorted():
+    tracker = ProgressTracker()
+    tracker.on_progress(progress(0, 4, name="vwap_out"))
+    tracker.on_progress(progress(0, 6, name="enriched_out"))
+    assert [(q.name, q.rows_processed) for q in tracker.snapshot()] == [("enriched_out", 6), ("vwap_out", 4)]
+
+
+def test_merge_offsets():
+    sources = [
+        {"endOffset": '{"0": 10}'},
+        {"endOffset": {"1": 20, "2": "not-a-number"}},
+        {"endOffset": "not json"},
+        {"endOffset": None},
+        {},
+    ]
+    assert merge_offsets(sources) == {"0": 10, "1": 20}
+    assert merge_offsets([]) == {}
+
+
+# --- errors ------------------------------------------------------------------------
+
+def test_on_terminated_with_query_exception_text():
+    tracker = ProgressTracker()
+    tracker.on_progress(progress(4, 10, end_offset='{"0": 10}'))
+    tracker.on_terminated("out", QUERY_EXCEPTION_TEXT)
+    [status] = tracker.snapshot()
+    assert status.error == "ZeroDivisionError: division by zero"
+    assert not status.active
+    assert (status.batch_id, status.offsets) == (4, {"0": 10})
+
+
+def test_on_terminated_with_listener_exception_text():
+    tracker = ProgressTracker()
+    tracker.on_terminated("out", LISTENER_EXCEPTION_TEXT)
+    assert tracker.snapshot()[0].error == "ZeroDivisionError: division by zero"
+
+
+def test_on_terminated_without_error():
+    tracker = ProgressTracker()
+    tracker.started("out")
+    tracker.on_terminated("out", None)
+    [status] = tracker.snapshot()
+    assert not status.active and status.error == ""
+
+
+def test_summarize_error_without_exception_line_and_limit():
+    assert summarize_error("\n\n  something went wrong  \nmore\n") == "something went wrong"
+    assert summarize_error("") == ""
+    assert summarize_error("ValueError: " + "x" * 1000) == ("ValueError: " + "x" * 1000)[:500]
+    assert len(summarize_error("ValueError: " + "x" * 1000, limit=40)) == 40
+
+
+# --- worker_state --------------------------------------------------------------------
+
+def q(name="a", batch_id=0, active=True, error=""):
+    return QueryStatus(name, batch_id=batch_id, active=active, error=error)
+
+
+@pytest.mark.parametrize("queries, expected, state", [
+    ([], 2, pb.WORKER_STATE_STARTING),
+    ([q("a")], 2, pb.WORKER_STATE_STARTING),                         # not every query started
+    ([q("a"), q("b", batch_id=-1)], 2, pb.WORKER_STATE_STARTING),    # one without a batch yet
+    ([q("a"), q("b", batch_id=3)], 2, pb.WORKER_STATE_RUNNING),
+    ([q("a", active=False), q("b", active=False)], 2, pb.WORKER_STATE_FINISHED),
+    ([q("a", active=False), q("b")], 2, pb.WORKER_STATE_RUNNING),
+    ([q("a", error="ValueError: x"), q("b")], 2, pb.WORKER_STATE_FAILED),
+    ([q("a", batch_id=-1, error="ValueError: x")], 2, pb.WORKER_STATE_FAILED),
+])
+def test_worker_state(queries, expected, state):
+    assert worker_state(queries, expected) == state
+
+
+@pytest.mark.parametrize("queries, state", [
+    ([], pb.WORKER_STATE_STARTING),                                  # nothing started yet
+    ([q("a", batch_id=-1), q("b", batch_id=-1)], pb.WORKER_STATE_RECOVERING),
+    ([q("a"), q("b")], pb.WORKER_STATE_RECOVERING),                  # replaying: not running yet
+    ([q("a", error="ValueError: x"), q("b")], pb.WORKER_STATE_FAILED),
+    ([q("a", active=False), q("b", active=False)], pb.WORKER_STATE_FINISHED),
+])
+def test_worker_state_while_recovering(queries, state):
+    assert worker_state(queries, 2, recovering=True) == state
+
+
+# --- Backoff -------------------------------------------------------------------------
+
+def test_backoff_doubles_up_to_the_cap_and_resets():
+    backoff = Backoff()
+    assert [backoff.next_delay() for _ in range(7)] == pytest.approx([0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
+    backoff.reset()
+    assert backoff.next_delay() == pytest.approx(0.2)
+
+
+def test_backoff_custom():
+    backoff = Backoff(initial_s=1.0, maximum_s=2.5, factor=3.0)
+    assert [backoff.next_delay() for _ in range(3)] == pytest.approx([1.0, 2.5, 2.5])
+
+
+def test_progress_event_round_trips_through_json():
+    # The listener parses StreamingQueryProgress.json; the tracker sees plain dicts.
+    tracker = ProgressTracker()
+    tracker.on_progress(json.loads(json.dumps(progress(0, 3, end_offset='{"0": 30}'))))
+    assert tracker.snapshot()[0].offsets == {"0": 30}

@@ -1,0 +1,103 @@
+"""Pure checkpoint bookkeeping: when one is due, which to keep, which
+completions to deliver. No I/O and no clock of its own: tests drive it."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+class Tick(enum.Enum):
+    NOT_DUE = "not_due"
+    DUE = "due"
+    DROPPED = "dropped"      # due, but the previous checkpoint is still being written
+
+
+@dataclass(frozen=True)
+class TickResult:
+    kind: Tick
+    checkpoint_id: int | None = None
+
+
+class CheckpointScheduler:
+    """Every ``frequency_ms`` a checkpoint is due; one due while another is in
+    flight is dropped and counted, not queued (KX). Ids strictly increase,
+    continuing after ``last_id`` (the highest id this worker ever used)."""
+
+    def __init__(self, frequency_ms: int, now_ms: float, last_id: int = 0) -> None:
+        if frequency_ms <= 0:
+            raise ValueError("a scheduler needs a positive frequency")
+        self.frequency_ms = frequency_ms
+        self._next_due = now_ms + frequency_ms
+        self._last_id = last_id
+        self.in_flight: int | None = None
+        self.dropped = 0
+
+    def tick(self, now_ms: float) -> TickResult:
+        if now_ms < self._next_due:
+            return TickResult(Tick.NOT_DUE)
+        # Skip whole missed intervals: a stalled worker does not owe a backlog.
+        missed = int((now_ms - self._next_due) // self.frequency_ms)
+        self._next_due += (missed + 1) * self.frequency_ms
+        if self.in_flight is not None:
+            self.dropped += 1
+            return TickResult(Tick.DROPPED)
+        return self.start()
+
+    def start(self) -> TickResult:
+        """Start a checkpoint now (also used for on-demand checkpoints)."""
+        if self.in_flight is not None:
+            self.dropped += 1
+            return TickResult(Tick.DROPPED)
+        self._last_id += 1
+        self.in_flight = self._last_id
+        return TickResult(Tick.DUE, self._last_id)
+
+    def finished(self, checkpoint_id: int) -> None:
+        if self.in_flight == checkpoint_id:
+            self.in_flight = None
+
+
+def retention_plan(checkpoint_ids: Iterable[int], keep_last: int, pinned: Iterable[int] = ()) -> list[int]:
+    """Ids to delete: all but the newest ``keep_last``, sparing pinned ones."""
+    ordered = sorted(set(checkpoint_ids))
+    keep = set(ordered[-keep_last:]) | set(pinned) if keep_last > 0 else set(pinned)
+    return [checkpoint_id for checkpoint_id in ordered if checkpoint_id not in keep]
+
+
+class Notified(enum.Enum):
+    DELIVERED = "delivered"
+    SUBSUMED = "subsumed"    # an equal or newer completion was already delivered
+
+
+class CompletionNotifier:
+    """Delivers "checkpoint k complete" under Flink's subsuming contract:
+    notifications may be skipped or arrive late; completing k means every
+    checkpoint before k is complete too, so listeners only ever see
+    increasing ids and a late or repeated one is dropped."""
+
+    def __init__(self) -> None:
+        self.last_completed = 0
+        self._listeners: list[Callable[[int], None]] = []
+
+    def subscribe(self, listener: Callable[[int], None]) -> None:
+        self._listeners.append(listener)
+
+    def complete(self, checkpoint_id: int) -> Notified:
+        if checkpoint_id <= self.last_completed:
+            return Notified.SUBSUMED
+        self.last_completed = checkpoint_id
+        for listener in self._listeners:
+            listener(checkpoint_id)
+        return Notified.DELIVERED
+
+
+def restore_candidates(available: Iterable[int], chosen: int | None, floor: int | None = None) -> list[int]:
+    """Checkpoints to try, newest first: the chosen one, then older ones as
+    fallbacks, never older than ``floor`` (the newest checkpoint whose output
+    a sink already published: going back past it would publish twice)."""
+    if chosen is None:
+        return []
+    return [c for c in sorted(set(available), reverse=True)
+            if c <= chosen and (floor is None or c >= floor)]

@@ -1,0 +1,172 @@
+"""The checkpoint threads, off Spark's query threads.
+
+- the *ticker* asks the scheduler every few milliseconds whether a checkpoint is
+  due, and hands a due one to the writer -- or counts it dropped if the writer
+  is still busy with the previous one;
+- the *writer* takes the checkpoint, applies retention and garbage
+  collection, and hands the durable checkpoint to the committer;
+- the *committer* commits the newest durable checkpoint to the controller,
+  retrying with backoff while it is unreachable; an older one still waiting
+  is simply replaced (a newer checkpoint subsumes it). The controller's
+  acknowledgement is the completion notification.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from worker.checkpointing.manifest import Manifest
+from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier, Tick, retention_plan
+from worker.checkpointing.store import CheckpointStore
+from worker.checkpointing.writer import CheckpointWriter
+from worker.control.backoff import Backoff
+
+log = logging.getLogger("sparkpoint.worker.checkpoint")
+
+
+@dataclass(frozen=True)
+class CheckpointStats:
+    last: Manifest | None
+    dropped: int
+    failed: int
+
+
+class CheckpointCommitter:
+    def __init__(self, commit: Callable[[Manifest], int], notifier: CompletionNotifier) -> None:
+        self._commit = commit      # returns the controller's completed checkpoint id
+        self._notifier = notifier
+        self._pending: Manifest | None = None
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="sparkpoint-committer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def offer(self, manifest: Manifest) -> None:
+        with self._cond:
+            if self._pending is None or manifest.checkpoint_id > self._pending.checkpoint_id:
+                self._pending = manifest
+            self._cond.notify()
+
+    def _run(self) -> None:
+        backoff = Backoff(initial_s=0.5, maximum_s=5.0)
+        while True:
+            with self._cond:
+                while self._pending is None and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                manifest = self._pending
+            try:
+                completed = self._commit(manifest)
+            except Exception as error:  # controller unreachable: keep the newest, retry
+                log.warning("cannot commit checkpoint %d to the controller (%s); retrying",
+                            manifest.checkpoint_id, getattr(error, "code", lambda: error)())
+                with self._cond:
+                    self._cond.wait(backoff.next_delay())
+                continue
+            backoff.reset()
+            with self._cond:
+                if self._pending is manifest:
+                    self._pending = None
+            self._notifier.complete(completed)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self._thread.join(timeout=5)
+
+
+class CheckpointRunner:
+    def __init__(self, writer: CheckpointWriter, store: CheckpointStore, scheduler: CheckpointScheduler,
+                 committer: CheckpointCommitter, *, retain: int, clock_ms: Callable[[], float],
+                 tick_s: float = 0.05) -> None:
+        self._writer = writer
+        self._store = store
+        self._scheduler = scheduler
+        self._committer = committer
+        self._retain = retain
+        self._clock_ms = clock_ms
+        self._tick_s = tick_s
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._due: int | None = None
+        self._stop = threading.Event()
+        self.last: Manifest | None = None
+        self.failed = 0
+        self._threads = [threading.Thread(target=self._tick_loop, name="sparkpoint-ckpt-ticker", daemon=True),
+                         threading.Thread(target=self._write_loop, name="sparkpoint-ckpt-writer", daemon=True)]
+
+    def start(self) -> None:
+        self._committer.start()
+        for thread in self._threads:
+            thread.start()
+
+    def stats(self) -> CheckpointStats:
+        with self._lock:
+            return CheckpointStats(self.last, self._scheduler.dropped, self.failed)
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(self._tick_s):
+            with self._lock:
+                result = self._scheduler.tick(self._clock_ms())
+                if result.kind is Tick.DUE:
+                    self._due = result.checkpoint_id
+                    self._work.notify()
+                elif result.kind is Tick.DROPPED:
+                    log.info("checkpoint due while %s is still being written: dropped (%d so far)",
+                             self._scheduler.in_flight, self._scheduler.dropped)
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._lock:
+                while self._due is None and not self._stop.is_set():
+                    self._work.wait(0.5)
+                if self._stop.is_set():
+                    return
+                checkpoint_id, self._due = self._due, None
+            try:
+                manifest = self._writer.take(checkpoint_id)
+                if manifest is not None:
+                    self._retire_old()
+            except Exception:
+                log.exception("checkpoint %d failed", checkpoint_id)
+                with self._lock:
+                    self.failed += 1
+                manifest = None
+            finally:
+                with self._lock:
+                    self._scheduler.finished(checkpoint_id)
+            if manifest is not None:
+                with self._lock:
+                    self.last = manifest
+                log.info("checkpoint %d durable: %d bytes (%d copied) in %.0f ms", manifest.checkpoint_id,
+                         manifest.size_bytes, manifest.bytes_copied, manifest.duration_ms)
+                self._committer.offer(manifest)
+
+    def _retire_old(self) -> None:
+        """Retention, then garbage collection of what no kept checkpoint references."""
+        doomed = retention_plan(self._store.checkpoint_ids(), self._retain)
+        for checkpoint_id in doomed:
+            self._store.delete(checkpoint_id)
+        kept, _ = self._store.readable()
+        referenced = set().union(*(m.digests() for m in kept)) if kept else set()
+        self._store.collect_garbage(referenced)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._work.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self._committer.stop()
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000

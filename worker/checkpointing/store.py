@@ -1,0 +1,227 @@
+"""The durable checkpoint store on the worker's volume (``SP_CHECKPOINT_DIR``)::
+
+    LOCK                     held (flock) by the one live worker using the store
+    blobs/ab/abcdef...       file contents, named by SHA-256 (copied once, shared)
+    manifests/000000000042.json
+
+Every write goes to a temporary name, is fsynced, renamed into place, and the
+directory fsynced: a crash leaves either the old state or the new, never a
+torn file under a final name.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from worker.checkpointing.manifest import Manifest, ManifestError
+
+_COPY_CHUNK = 1 << 20
+
+
+class FenceError(RuntimeError):
+    """Another live worker holds this checkpoint directory."""
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint failed verification; the message names it and the file."""
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    sha256: str
+    size: int
+    copied: bool
+
+
+class CheckpointStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.blobs = self.root / "blobs"
+        self.manifests_dir = self.root / "manifests"
+        self._lock_fd: int | None = None
+
+    # -- fencing ---------------------------------------------------------
+    def acquire(self, owner: str) -> None:
+        """Take the store's lock for this process's lifetime, or fail naming the holder."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise FenceError(f"checkpoint directory {self.root} is in use by {holder}; "
+                             "two live workers must not share one") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{owner} (pid {os.getpid()})".encode(), 0)
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- blobs -------------------------------------------------------------
+    def blob_path(self, sha256: str) -> Path:
+        return self.blobs / sha256[:2] / sha256
+
+    def has_blob(self, sha256: str) -> bool:
+        return self.blob_path(sha256).exists()
+
+    def put_file(self, source: Path, known_sha256: str | None = None) -> StoredBlob:
+        """Store a file's content unless the store already holds it."""
+        if known_sha256 is not None and self.has_blob(known_sha256):
+            return StoredBlob(known_sha256, self.blob_path(known_sha256).stat().st_size, False)
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=".blob.", suffix=".tmp")
+        size = 0
+        try:
+            with open(source, "rb") as src, os.fdopen(fd, "wb") as dst:
+                while chunk := src.read(_COPY_CHUNK):
+                    digest.update(chunk)
+                    dst.write(chunk)
+                    size += len(chunk)
+                dst.flush()
+                os.fsync(dst.fileno())
+            sha = digest.hexdigest()
+            final = self.blob_path(sha)
+            if final.exists():
+                Path(tmp).unlink()
+                return StoredBlob(sha, size, False)
+            final.parent.mkdir(exist_ok=True)
+            os.replace(tmp, final)
+            fsync_dir(final.parent)
+            return StoredBlob(sha, size, True)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    # -- manifests -----------------------------------------------------------
+    def manifest_path(self, checkpoint_id: int) -> Path:
+        return self.manifests_dir / f"{checkpoint_id:012d}.json"
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        """The last step of a checkpoint: after this it is durable."""
+        atomic_write(self.manifest_path(manifest.checkpoint_id), manifest.to_json().encode())
+
+    def checkpoint_ids(self) -> list[int]:
+        """Ids of every manifest file present (readable or not), ascending."""
+        if not self.manifests_dir.is_dir():
+            return []
+        return sorted(int(p.stem) for p in self.manifests_dir.glob("*.json") if p.stem.isdigit())
+
+    def load(self, checkpoint_id: int) -> Manifest:
+        path = self.manifest_path(checkpoint_id)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise ManifestError(f"{path}: no such checkpoint") from None
+        manifest = Manifest.from_json(text, str(path))
+        if manifest.checkpoint_id != checkpoint_id:
+            raise ManifestError(f"{path}: holds checkpoint {manifest.checkpoint_id}, not {checkpoint_id}")
+        return manifest
+
+    def readable(self) -> tuple[list[Manifest], list[str]]:
+        """Manifests that parse, ascending; and one problem line per one that does not."""
+        manifests, problems = [], []
+        for checkpoint_id in self.checkpoint_ids():
+            try:
+                manifests.append(self.load(checkpoint_id))
+            except ManifestError as error:
+                problems.append(str(error))
+        return manifests, problems
+
+    def verify(self, manifest: Manifest) -> None:
+        """Check every file is present with the recorded size and digest."""
+        for query in manifest.queries:
+            for path, entry in query.files.items():
+                blob = self.blob_path(entry.sha256)
+                name = f"checkpoint {manifest.checkpoint_id}: {query.name}/{path}"
+                if not blob.exists():
+                    raise CorruptCheckpoint(f"{name} is missing from the store ({blob})")
+                if blob.stat().st_size != entry.size or sha256_of(blob) != entry.sha256:
+                    raise CorruptCheckpoint(f"{name} does not match its checksum ({blob})")
+
+    def materialize(self, manifest: Manifest, query_root: Path) -> None:
+        """Rebuild each query's working directory from the checkpoint (after verify)."""
+        for query in manifest.queries:
+            target = query_root / query.name
+            if target.exists():
+                shutil.rmtree(target)
+            for path, entry in query.files.items():
+                destination = target / path
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.blob_path(entry.sha256), destination)
+
+    def quarantine(self, checkpoint_id: int) -> None:
+        """Move a corrupt checkpoint's manifest aside (kept for inspection, out of retention's way)."""
+        source = self.manifest_path(checkpoint_id)
+        if source.exists():
+            target = self.root / "quarantine" / source.name
+            target.parent.mkdir(exist_ok=True)
+            source.replace(target)
+
+    def highest_id_ever(self) -> int:
+        """The highest id used here, quarantined ones included: new ids go above it."""
+        quarantined = [int(p.stem) for p in (self.root / "quarantine").glob("*.json") if p.stem.isdigit()]
+        return max(self.checkpoint_ids() + quarantined, default=0)
+
+    def delete(self, checkpoint_id: int) -> None:
+        self.manifest_path(checkpoint_id).unlink(missing_ok=True)
+
+    def collect_garbage(self, referenced: set[str]) -> int:
+        """Delete blobs no retained manifest references; returns bytes freed."""
+        freed = 0
+        if not self.blobs.is_dir():
+            return 0
+        for shard in self.blobs.iterdir():
+            if not shard.is_dir():
+                if shard.name.endswith(".tmp"):
+                    shard.unlink(missing_ok=True)   # a copy a crash interrupted
+                continue
+            for blob in shard.iterdir():
+                if blob.name not in referenced:
+                    freed += blob.stat().st_size
+                    blob.unlink(missing_ok=True)
+        return freed
+
+    def disk_usage(self) -> int:
+        return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())

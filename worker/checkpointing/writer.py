@@ -1,0 +1,110 @@
+"""Taking one checkpoint: a consistent cut of every query, copied incrementally."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from worker.checkpointing.cut import committed_batch, list_files, parse_offsets, select_cut
+from worker.checkpointing.faults import NO_FAULTS, FaultInjector
+from worker.checkpointing.manifest import FileEntry, Manifest, QueryCut
+from worker.checkpointing.store import CheckpointStore
+
+
+@dataclass(frozen=True)
+class _Seen:
+    size: int
+    mtime_ns: int
+    inode: int
+    sha256: str
+
+
+class CheckpointWriter:
+    def __init__(self, store: CheckpointStore, query_root: Path, worker_id: str, node_names: tuple[str, ...],
+                 pipeline_fingerprint: str, *, clock: Callable[[], float] = time.time,
+                 faults: FaultInjector = NO_FAULTS) -> None:
+        self.store = store
+        self.query_root = query_root
+        self.worker_id = worker_id
+        self.node_names = node_names
+        self.pipeline_fingerprint = pipeline_fingerprint
+        self._clock = clock
+        self._faults = faults
+        # (query, path) -> what we stored for it last time. Spark never rewrites
+        # a committed file in place, but after a restore it writes a new file
+        # under an old name: size, mtime and inode tell the two apart.
+        self._seen: dict[tuple[str, str], _Seen] = {}
+
+    def _cut(self, query: str) -> tuple[int, dict[str, int], list[str]] | None:
+        query_dir = self.query_root / query
+        batch = committed_batch(query_dir)
+        if batch is None:
+            return None
+        offsets_file = query_dir / "offsets" / str(batch)
+        return batch, parse_offsets(offsets_file.read_text()), select_cut(list_files(query_dir), batch)
+
+    def _store_file(self, query: str, path: str) -> tuple[FileEntry, int] | None:
+        source = self.query_root / query / path
+        try:
+            stat = source.stat()
+        except FileNotFoundError:
+            return None
+        seen = self._seen.get((query, path))
+        known = seen.sha256 if seen and (seen.size, seen.mtime_ns, seen.inode) == (
+            stat.st_size, stat.st_mtime_ns, stat.st_ino) else None
+        try:
+            blob = self.store.put_file(source, known)
+        except FileNotFoundError:
+            return None
+        self._seen[(query, path)] = _Seen(stat.st_size, stat.st_mtime_ns, stat.st_ino, blob.sha256)
+        return FileEntry(blob.sha256, blob.size), (blob.size if blob.copied else 0)
+
+    def take(self, checkpoint_id: int) -> Manifest | None:
+        """Take checkpoint ``checkpoint_id``; None if no query has committed a batch yet.
+
+        Steps:
+        1. Fix each query's cut: its latest committed batch N and the files of it.
+        2. Copy into the store what it does not already hold (by content), fsynced.
+        3. Write the manifest atomically: only now is the checkpoint durable.
+        """
+        started = self._clock()
+        # 1.
+        cuts = {}
+        for query in sorted(p.name for p in self.query_root.iterdir() if p.is_dir()) \
+                if self.query_root.is_dir() else []:
+            cut = self._cut(query)
+            if cut is not None:
+                cuts[query] = cut
+        if not cuts:
+            return None
+        # 2.
+        copied = 0
+        queries = []
+        for query, (batch, offsets, paths) in cuts.items():
+            files = {}
+            for path in paths:
+                stored = self._store_file(query, path)
+                if stored is None:
+                    # Spark purged an old log entry or state version meanwhile;
+                    # it keeps what is needed to recover the batches we cut at.
+                    continue
+                files[path], added = stored
+                copied += added
+            queries.append(QueryCut(query, batch, offsets, files))
+        self._faults.hit("checkpoint.blobs_copied")
+        # 3.
+        manifest = Manifest(
+            checkpoint_id=checkpoint_id,
+            worker_id=self.worker_id,
+            created_at=started,
+            duration_ms=round((self._clock() - started) * 1000, 3),
+            bytes_copied=copied,
+            node_names=self.node_names,
+            queries=tuple(queries),
+            pipeline_fingerprint=self.pipeline_fingerprint,
+        )
+        self.store.write_manifest(manifest)
+        self._faults.hit("checkpoint.manifest_written")
+        return manifest

@@ -10,7 +10,7 @@ import time
 import uvicorn
 
 from controller.checkpointing.store import ControllerCheckpointError, ControllerCheckpointStore, PeriodicCheckpointer
-from controller.core.service import ControllerService, ServiceConfig
+from controller.core.service import ControllerService, InvalidSnapshot, ServiceConfig
 from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
 from controller.settings import ControllerSettings
@@ -31,10 +31,14 @@ def main() -> None:
         store = ControllerCheckpointStore(settings.state_dir)
         try:
             saved = store.load()
+            if saved is not None:
+                service.load_snapshot(saved)
         except ControllerCheckpointError as error:
             exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_STATE_DIR: {error}")
+        except InvalidSnapshot as error:
+            exit_with_error("sparkpoint-controller",
+                            f"SP_CONTROLLER_STATE_DIR: {store.path}: not a valid controller checkpoint ({error})")
         if saved is not None:
-            service.load_snapshot(saved)
             log.info("resumed from %s: %d workers", store.path, len(saved.get("workers", [])))
         checkpointer = PeriodicCheckpointer(store, service.snapshot, settings.checkpoint_freq_ms)
         checkpointer.start()

@@ -144,12 +144,16 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     # 5.
     from worker.runtime.progress import SparkProgressListener
     from worker.runtime.queries import start_queries
-    from worker.runtime.session import start_session
+    from worker.runtime.session import register_data_sources, start_session
 
     spark = start_session(settings)
     tracker = ProgressTracker()
-    spark.streams.addListener(SparkProgressListener(tracker, {}))
-    queries = start_queries(spark, pipeline, settings, query_root)
+
+    def prepare_session(session) -> None:
+        register_data_sources(session)
+        session.streams.addListener(SparkProgressListener(tracker, {}))
+
+    queries = start_queries(spark, pipeline, settings, query_root, prepare_session)
     log.info("running %d queries: %s", len(queries), ", ".join(q.name for q in queries))
     # 6.
     runner = None

@@ -31,6 +31,10 @@ from controller.core.status import PipelineStatus, build_status
 log = logging.getLogger("sparkpoint.controller")
 
 
+class InvalidSnapshot(ValueError):
+    """The controller's checkpoint does not describe a progress table."""
+
+
 def decide_restore(registration: Registration, record: WorkerRecord) -> RestoreDecision:
     """The newest checkpoint the worker holds durably, or nothing.
 
@@ -114,8 +118,12 @@ class ControllerService:
 
     def load_snapshot(self, data: dict[str, Any]) -> None:
         """Resume from the controller's own checkpoint, before serving."""
+        try:
+            table = ProgressTable.from_snapshot(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise InvalidSnapshot(f"{type(error).__name__}: {error}") from None
         with self._lock:
-            self._table = ProgressTable.from_snapshot(data)
+            self._table = table
 
     def worker(self, worker_id: str) -> WorkerRecord | None:
         with self._lock:

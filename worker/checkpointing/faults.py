@@ -1,9 +1,10 @@
 """In-process fault sentinels for recovery tests (bytewax's ``testing.py`` idea).
 
-``SP_TEST_FAULT=<point>`` makes the worker SIGKILL itself the first time it
-reaches ``<point>``; a sentinel file in the checkpoint directory records that
-it happened, so the restarted worker runs on. Points:
-``checkpoint.blobs_copied`` (blobs written, manifest not yet),
+``SP_TEST_FAULT=<point>[:<n>]`` makes the worker SIGKILL itself (and its
+Spark JVM) the ``n``-th time (default: first) it reaches ``<point>``; a
+sentinel file in the checkpoint directory records that it fired, so the
+restarted worker runs on. Points:
+``checkpoint.blobs_copied`` (files copied, manifest not yet written) and
 ``checkpoint.manifest_written`` (durable, not yet committed to the controller).
 """
 
@@ -15,12 +16,18 @@ from pathlib import Path
 
 
 class FaultInjector:
-    def __init__(self, point: str, sentinel_dir: Path) -> None:
+    def __init__(self, spec: str, sentinel_dir: Path) -> None:
+        point, _, nth = spec.partition(":")
         self.point = point
+        self.nth = int(nth) if nth.isdigit() else 1
         self.sentinel = Path(sentinel_dir) / f".fault-{point}"
+        self._hits = 0
 
     def hit(self, point: str) -> None:
         if not self.point or point != self.point or self.sentinel.exists():
+            return
+        self._hits += 1
+        if self._hits < self.nth:
             return
         self.sentinel.parent.mkdir(parents=True, exist_ok=True)
         self.sentinel.touch()

@@ -54,9 +54,13 @@ class CheckpointScheduler:
         self.in_flight = self._last_id
         return TickResult(Tick.DUE, self._last_id)
 
-    def finished(self, checkpoint_id: int) -> None:
+    def finished(self, checkpoint_id: int, *, taken: bool = True) -> None:
+        """The checkpoint is done (durable, or failed). ``taken=False``: there
+        was nothing to checkpoint yet, and the id is handed back unused."""
         if self.in_flight == checkpoint_id:
             self.in_flight = None
+            if not taken and checkpoint_id == self._last_id:
+                self._last_id -= 1
 
 
 def retention_plan(checkpoint_ids: Iterable[int], keep_last: int, pinned: Iterable[int] = ()) -> list[int]:

@@ -131,8 +131,10 @@ class CheckpointRunner:
                 if self._stop.is_set():
                     return
                 checkpoint_id, self._due = self._due, None
+            empty = False
             try:
                 manifest = self._writer.take(checkpoint_id)
+                empty = manifest is None
                 if manifest is not None:
                     self._retire_old()
             except Exception:
@@ -142,7 +144,7 @@ class CheckpointRunner:
                 manifest = None
             finally:
                 with self._lock:
-                    self._scheduler.finished(checkpoint_id)
+                    self._scheduler.finished(checkpoint_id, taken=not empty)
             if manifest is not None:
                 with self._lock:
                     self.last = manifest

@@ -106,9 +106,17 @@ class CheckpointStore:
         return self.blob_path(sha256).exists()
 
     def put_file(self, source: Path, known_sha256: str | None = None) -> StoredBlob:
-        """Store a file's content unless the store already holds it."""
-        if known_sha256 is not None and self.has_blob(known_sha256):
-            return StoredBlob(known_sha256, self.blob_path(known_sha256).stat().st_size, False)
+        """Store a file's content unless the store already holds it.
+
+        ``known_sha256``: the digest the file had when last stored (it has not
+        changed since); its blob is reused if present with the right size.
+        """
+        if known_sha256 is not None:
+            try:
+                if self.blob_path(known_sha256).stat().st_size == os.path.getsize(source):
+                    return StoredBlob(known_sha256, os.path.getsize(source), False)
+            except FileNotFoundError:
+                pass
         self.blobs.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
         fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=".blob.", suffix=".tmp")
@@ -123,13 +131,13 @@ class CheckpointStore:
                 os.fsync(dst.fileno())
             sha = digest.hexdigest()
             final = self.blob_path(sha)
-            if final.exists():
-                Path(tmp).unlink()
-                return StoredBlob(sha, size, False)
+            existed = final.exists()
+            # Even when the blob exists, the fresh copy replaces it: a blob
+            # damaged on disk heals instead of spoiling every later checkpoint.
             final.parent.mkdir(exist_ok=True)
             os.replace(tmp, final)
             fsync_dir(final.parent)
-            return StoredBlob(sha, size, True)
+            return StoredBlob(sha, size, not existed)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -1,0 +1,447 @@
+"""Taking checkpoints of a fake Spark working directory, restoring them, and
+the checkpoint threads (runner + committer) against a fake controller.
+
+No Spark: ``FakeQuery`` writes the files Spark would (``metadata``,
+``offsets/N``, ``commits/N``, ``state/0/0/<v>.delta``, ``.crc`` side files),
+each through a temporary name and a rename, as Spark's checkpoint file
+manager does."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from worker.checkpointing.manifest import Manifest
+from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier
+from worker.checkpointing.restore import RestoreRefused, restore
+from worker.checkpointing.runner import CheckpointCommitter, CheckpointRunner
+from worker.checkpointing.store import CheckpointStore
+from worker.checkpointing.writer import CheckpointWriter
+
+WAIT_S = 10.0
+BATCH_METADATA = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1700000000000,
+                             "conf": {"spark.sql.shuffle.partitions": "1"}}, separators=(",", ":"))
+COMMIT = b'v1\n{"nextBatchWatermarkMs":0}'    # the same bytes for every batch, as in Spark
+
+
+def spark_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.5f1c.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    (path.parent / f".{path.name}.crc").write_bytes(b"crc\x00" + path.name.encode())
+
+
+class FakeQuery:
+    def __init__(self, query_root: Path, name: str = "counts") -> None:
+        self.dir = query_root / name
+        spark_write(self.dir / "metadata", b'{"id":"2d3c6e0a-7f1e-4c55-9d0a-1b2c3d4e5f60"}')
+
+    def offsets(self, batch: int) -> bytes:
+        return f'v1\n{BATCH_METADATA}\n{{"0":{100 * (batch + 1)},"1":{10 * batch}}}'.encode()
+
+    def batch(self, n: int, *, commit: bool = True, offsets: bytes | None = None, state: bytes | None = None) -> None:
+        """Batch n: its offsets, the state version it writes (n+1), then its commit."""
+        spark_write(self.dir / "offsets" / str(n), offsets or self.offsets(n))
+        spark_write(self.dir / "state" / "0" / "0" / f"{n + 1}.delta", state or f"delta of batch {n};".encode() * 4)
+        if commit:
+            spark_write(self.dir / "commits" / str(n), COMMIT)
+
+    def size(self, path: str) -> int:
+        return (self.dir / path).stat().st_size
+
+
+def files_under(directory: Path) -> dict[str, bytes]:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def query_root(tmp_path) -> Path:
+    root = tmp_path / "run" / "queries"
+    root.mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def store(tmp_path) -> CheckpointStore:
+    return CheckpointStore(tmp_path / "checkpoints")
+
+
+@pytest.fixture
+def writer(store, query_root) -> CheckpointWriter:
+    return CheckpointWriter(store, query_root, "w0", ("src", "counts"), "fp-1", clock=lambda: 1700000000.0)
+
+
+# --- CheckpointWriter -------------------------------------------------------------------
+
+def test_take_cuts_at_the_highest_committed_batch(writer, store, query_root):
+    query = FakeQuery(query_root)
+    query.batch(0)
+    query.batch(1)
+    query.batch(2, commit=False)       # in flight
+    manifest = writer.take(1)
+    assert manifest.checkpoint_id == 1
+    [cut] = manifest.queries
+    assert (cut.name, cut.batch_id) == ("counts", 1)
+    assert cut.offsets == {"0": 200, "1": 10}
+    assert set(cut.files) == {"metadata", "offsets/0", "offsets/1", "commits/0", "commits/1",
+                              "state/0/0/1.delta", "state/0/0/2.delta"}
+    assert manifest.node_names == ("src", "counts")
+    assert store.load(1) == manifest
+
+
+def test_take_before_any_commit_returns_none(writer, store, query_root):
+    FakeQuery(query_root).batch(0, commit=False)
+    assert writer.take(1) is None
+    assert store.checkpoint_ids() == []
+
+
+def test_take_with_no_queries_at_all_returns_none(writer, store):
+    assert writer.take(1) is None
+
+
+def test_a_query_without_a_commit_is_left_out(writer, query_root):
+    FakeQuery(query_root, "counts").batch(0)
+    FakeQuery(query_root, "late").batch(0, commit=False)
+    assert [q.name for q in writer.take(1).queries] == ["counts"]
+
+
+def test_the_first_checkpoint_copies_each_distinct_content_once(writer, query_root):
+    query = FakeQuery(query_root)
+    query.batch(0)
+    query.batch(1)
+    manifest = writer.take(1)
+    # commits/0 and commits/1 have the same bytes: stored once.
+    distinct = {entry.sha256: entry.size for entry in manifest.queries[0].files.values()}
+    assert manifest.bytes_copied == sum(distinct.values())
+    assert len(distinct) == len(manifest.queries[0].files) - 1
+
+
+def test_the_next_checkpoint_copies_only_the_new_files(writer, query_root):
+    query = FakeQuery(query_root)
+    query.batch(0)
+    query.batch(1)
+    writer.take(1)
+    query.batch(2)
+    manifest = writer.take(2)
+    assert manifest.queries[0].batch_id == 2
+    assert {"offsets/2", "commits/2", "state/0/0/3.delta"} <= set(manifest.queries[0].files)
+    # commits/2 has content the store already holds.
+    assert manifest.bytes_copied == query.size("offsets/2") + query.size("state/0/0/3.delta")
+
+
+def test_a_file_rewritten_under_the_same_name_is_stored_with_its_new_content(writer, store, query_root, tmp_path):
+    query = FakeQuery(query_root)
+    query.batch(0)
+    query.batch(1)
+    first = writer.take(1)
+    # After a restore Spark writes batch 1 again: same names, same sizes, other bytes.
+    query.batch(1, offsets=query.offsets(1).replace(b'"0":200', b'"0":201'),
+                state=b"DELTA OF BATCH 1;" * 4)
+    second = writer.take(2)
+    restored = tmp_path / "restored"
+    store.materialize(second, restored)
+    assert files_under(restored / "counts") == {path: (query.dir / path).read_bytes()
+                                                for path in second.queries[0].files}
+    assert second.queries[0].offsets == {"0": 201, "1": 10}
+    assert second.queries[0].files["offsets/1"] != first.queries[0].files["offsets/1"]
+    assert second.bytes_copied == query.size("offsets/1") + query.size("state/0/0/2.delta")
+
+
+def test_a_checkpoint_taken_after_a_blob_went_bad_is_intact(store, query_root, tmp_path):
+    query = FakeQuery(query_root)
+    query.batch(0)
+    query.batch(1)
+    first = CheckpointWriter(store, query_root, "w0", ("src", "counts"), "fp-1").take(1)
+    # Disk corruption in a blob every checkpoint shares (each commits/N has these bytes).
+    blob = store.blob_path(first.queries[0].files["commits/0"].sha256)
+    blob.write_bytes(COMMIT.replace(b"v1", b"v2"))
+    assert restore(store, 1, tmp_path / "fresh").manifest is None      # 1 is corrupt: reported
+    # The restarted worker goes on checkpointing the intact working directory.
+    query.batch(2)
+    second = CheckpointWriter(store, query_root, "w0", ("src", "counts"), "fp-1").take(2)
+    store.verify(second)
+
+
+# --- restore ----------------------------------------------------------------------------
+
+@pytest.fixture
+def two_checkpoints(writer, query_root) -> tuple[Manifest, Manifest]:
+    """Checkpoint 1 at batch 1, checkpoint 2 at batch 2."""
+    query = FakeQuery(query_root)
+    query.batch(0)
+    query.batch(1)
+    first = writer.take(1)
+    query.batch(2)
+    return first, writer.take(2)
+
+
+def blob_only_in(newer: Manifest, older: Manifest, store: CheckpointStore) -> tuple[str, Path]:
+    path, entry = next((p, e) for p, e in newer.queries[0].files.items() if e.sha256 not in older.digests())
+    return path, store.blob_path(entry.sha256)
+
+
+def test_restore_rebuilds_the_chosen_checkpoint(store, two_checkpoints, tmp_path):
+    _, second = two_checkpoints
+    target = tmp_path / "fresh" / "queries"
+    outcome = restore(store, 2, target)
+    assert outcome.manifest == second
+    assert outcome.corrupt == []
+    assert files_under(target / "counts") == {path: store.blob_path(entry.sha256).read_bytes()
+                                              for path, entry in second.queries[0].files.items()}
+    assert "offsets/2" in files_under(target / "counts")
+
+
+def test_restore_falls_back_when_the_newest_manifest_is_truncated(store, two_checkpoints, tmp_path):
+    first, _ = two_checkpoints
+    manifest_file = store.manifest_path(2)
+    manifest_file.write_bytes(manifest_file.read_bytes()[:100])
+    target = tmp_path / "fresh" / "queries"
+    outcome = restore(store, 2, target)
+    assert outcome.manifest == first
+    assert len(outcome.corrupt) == 1 and str(manifest_file) in outcome.corrupt[0]
+    assert set(files_under(target / "counts")) == set(first.queries[0].files)
+    assert store.checkpoint_ids() == [1]           # the bad one is quarantined
+
+
+def test_restore_falls_back_when_a_blob_of_the_newest_is_corrupt(store, two_checkpoints, tmp_path):
+    first, second = two_checkpoints
+    path, blob = blob_only_in(second, first, store)
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0x01
+    blob.write_bytes(bytes(data))
+    target = tmp_path / "fresh" / "queries"
+    outcome = restore(store, 2, target)
+    assert outcome.manifest == first
+    assert len(outcome.corrupt) == 1
+    assert "checkpoint 2" in outcome.corrupt[0] and path in outcome.corrupt[0]
+    assert "offsets/2" not in files_under(target / "counts")
+
+
+def test_restore_refuses_to_go_below_the_floor(store, two_checkpoints, tmp_path):
+    with pytest.raises(RestoreRefused, match="no intact checkpoint at or after 3"):
+        restore(store, 2, tmp_path / "fresh", floor=3)
+
+
+def test_restore_refuses_when_the_only_checkpoint_above_the_floor_is_corrupt(store, two_checkpoints, tmp_path):
+    store.manifest_path(2).write_text("{")
+    with pytest.raises(RestoreRefused) as raised:
+        restore(store, 2, tmp_path / "fresh", floor=2)
+    assert "000000000002.json" in str(raised.value)
+
+
+def test_nothing_intact_and_no_floor_restores_nothing(store, two_checkpoints, tmp_path):
+    for checkpoint_id in (1, 2):
+        store.manifest_path(checkpoint_id).write_text('{"checkpoint_id": ')
+    outcome = restore(store, 2, tmp_path / "fresh")
+    assert outcome.manifest is None
+    assert len(outcome.corrupt) == 2
+
+
+def test_no_chosen_checkpoint_restores_nothing(store, two_checkpoints, tmp_path):
+    assert restore(store, None, tmp_path / "fresh").manifest is None
+
+
+# --- CheckpointRunner + CheckpointCommitter (threaded) --------------------------------
+
+class FakeMs:
+    """The runner's millisecond clock, advanced by the test. The ticker reads
+    it once per tick, so counting reads tells when a tick has been evaluated."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.reads = 0
+        self._cond = threading.Condition()
+
+    def __call__(self) -> float:
+        with self._cond:
+            self.reads += 1
+            self._cond.notify_all()
+            return self.now
+
+    def wait_ticks(self, n: int) -> None:
+        """Wait until the ticker has finished at least ``n - 1`` more ticks."""
+        with self._cond:
+            target = self.reads + n
+            assert self._cond.wait_for(lambda: self.reads >= target, timeout=WAIT_S)
+
+
+class ObservedScheduler(CheckpointScheduler):
+    """The real scheduler, telling the test when the writer finished a checkpoint."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._cond = threading.Condition()
+        self.finished_ids: list[int] = []
+
+    def finished(self, checkpoint_id: int, *, taken: bool = True) -> None:
+        super().finished(checkpoint_id, taken=taken)
+        with self._cond:
+            self.finished_ids.append(checkpoint_id)
+            self._cond.notify_all()
+
+    def wait_finished(self, checkpoint_id: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: checkpoint_id in self.finished_ids, timeout=WAIT_S)
+
+
+class GatedWriter:
+    """Wraps the writer: ``take`` raises once if told to, or waits for ``release``."""
+
+    def __init__(self, writer: CheckpointWriter, *, fail_first: bool = False) -> None:
+        self._writer = writer
+        self.fail_first = fail_first
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.calls = 0
+
+    def take(self, checkpoint_id: int) -> Manifest | None:
+        self.calls += 1
+        self.started.set()
+        if self.fail_first:
+            self.fail_first = False
+            raise OSError(28, "No space left on device")
+        assert self.release.wait(WAIT_S)
+        return self._writer.take(checkpoint_id)
+
+
+class FakeController:
+    """The commit function: records every attempt; raises while ``down``."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.down = False
+        self.attempts: list[int] = []
+        self.committed: list[Manifest] = []
+        self.completed: list[int] = []      # what the notifier delivered
+
+    def commit(self, manifest: Manifest) -> int:
+        with self.cond:
+            self.attempts.append(manifest.checkpoint_id)
+            self.cond.notify_all()
+            if self.down:
+                raise ConnectionError("controller unreachable")
+            self.committed.append(manifest)
+            return manifest.checkpoint_id
+
+    def on_complete(self, checkpoint_id: int) -> None:
+        with self.cond:
+            self.completed.append(checkpoint_id)
+            self.cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool]) -> None:
+        with self.cond:
+            assert self.cond.wait_for(predicate, timeout=WAIT_S), \
+                f"timed out: attempts={self.attempts} completed={self.completed}"
+
+
+FREQ_MS = 100
+
+
+@pytest.fixture
+def runner_parts(writer, store, query_root):
+    clock, controller, notifier = FakeMs(), FakeController(), CompletionNotifier()
+    notifier.subscribe(controller.on_complete)
+    started: list[CheckpointRunner] = []
+
+    def start(retain: int = 3, take=writer) -> tuple[CheckpointRunner, ObservedScheduler]:
+        scheduler = ObservedScheduler(FREQ_MS, clock.now, last_id=0)
+        runner = CheckpointRunner(take, store, scheduler, CheckpointCommitter(controller.commit, notifier),
+                                  retain=retain, clock_ms=clock, tick_s=0.002)
+        runner.start()
+        started.append(runner)
+        return runner, scheduler
+
+    query = FakeQuery(query_root)
+    query.batch(0)
+    yield start, clock, controller, notifier, query, writer
+    for runner in started:
+        runner.stop()
+
+
+def next_checkpoint(clock: FakeMs, controller: FakeController, checkpoint_id: int) -> None:
+    clock.now += FREQ_MS
+    controller.wait_for(lambda: checkpoint_id in controller.attempts)
+
+
+def test_runner_writes_and_commits_a_checkpoint(runner_parts, store):
+    start, clock, controller, notifier, _, _ = runner_parts
+    runner, _ = start()
+    next_checkpoint(clock, controller, 1)
+    controller.wait_for(lambda: controller.completed == [1])
+    assert store.checkpoint_ids() == [1]
+    assert controller.committed == [store.load(1)]
+    assert notifier.last_completed == 1
+    stats = runner.stats()
+    assert (stats.last.checkpoint_id, stats.dropped, stats.failed) == (1, 0, 0)
+
+
+def test_runner_keeps_only_the_retained_checkpoints_and_their_blobs(runner_parts, store):
+    start, clock, controller, _, query, _ = runner_parts
+    start(retain=2)
+    for checkpoint_id in range(1, 5):
+        query.batch(checkpoint_id)
+        next_checkpoint(clock, controller, checkpoint_id)
+    controller.wait_for(lambda: controller.completed == [1, 2, 3, 4])
+    assert store.checkpoint_ids() == [3, 4]
+    assert controller.committed[-1] == store.load(4)
+    assert controller.committed[-1].queries[0].batch_id == 4
+    kept = store.load(3).digests() | store.load(4).digests()
+    assert {p.name for p in store.blobs.rglob("*") if p.is_file()} == kept
+
+
+def test_committer_retries_and_commits_only_the_newest_once_the_controller_is_back(runner_parts, store):
+    start, clock, controller, notifier, query, _ = runner_parts
+    controller.down = True
+    start()
+    next_checkpoint(clock, controller, 1)
+    query.batch(1)
+    next_checkpoint(clock, controller, 2)
+    with controller.cond:
+        controller.down = False
+    controller.wait_for(lambda: controller.completed == [2])
+    # Checkpoint 1 is subsumed by 2: never committed on its own.
+    assert [m.checkpoint_id for m in controller.committed] == [2]
+    assert notifier.last_completed == 2
+    assert store.checkpoint_ids() == [1, 2]
+    query.batch(2)
+    next_checkpoint(clock, controller, 3)
+    controller.wait_for(lambda: controller.completed == [2, 3])
+
+
+def test_a_checkpoint_due_while_one_is_being_written_is_dropped(runner_parts, store):
+    start, clock, controller, _, _, writer = runner_parts
+    gated = GatedWriter(writer)
+    runner, scheduler = start(take=gated)
+    clock.now += FREQ_MS
+    assert gated.started.wait(WAIT_S)          # checkpoint 1 is being written
+    clock.now += FREQ_MS
+    clock.wait_ticks(2)                         # the ticker has seen the next interval
+    assert runner.stats().dropped == 1
+    gated.release.set()
+    controller.wait_for(lambda: controller.completed == [1])
+    # The dropped one is not queued: nothing more until the next interval.
+    clock.wait_ticks(3)
+    assert (gated.calls, scheduler.in_flight) == (1, None)
+    clock.now += FREQ_MS
+    controller.wait_for(lambda: controller.completed == [1, 2])
+    assert store.checkpoint_ids() == [1, 2]
+
+
+def test_a_failed_checkpoint_is_counted_and_the_next_one_is_taken(runner_parts, store):
+    start, clock, controller, _, _, writer = runner_parts
+    gated = GatedWriter(writer, fail_first=True)
+    gated.release.set()
+    runner, scheduler = start(take=gated)
+    clock.now += FREQ_MS
+    assert gated.started.wait(WAIT_S)           # checkpoint 1: disk full
+    scheduler.wait_finished(1)
+    assert runner.stats().failed == 1
+    clock.now += FREQ_MS
+    controller.wait_for(lambda: controller.completed == [2])
+    assert store.checkpoint_ids() == [2]

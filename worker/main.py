@@ -144,16 +144,12 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     # 5.
     from worker.runtime.progress import SparkProgressListener
     from worker.runtime.queries import start_queries
-    from worker.runtime.session import register_data_sources, start_session
+    from worker.runtime.session import start_session
 
     spark = start_session(settings)
     tracker = ProgressTracker()
-
-    def prepare_session(session) -> None:
-        register_data_sources(session)
-        session.streams.addListener(SparkProgressListener(tracker, {}))
-
-    queries = start_queries(spark, pipeline, settings, query_root, prepare_session)
+    spark.streams.addListener(SparkProgressListener(tracker, {}))
+    queries = start_queries(spark, pipeline, settings, query_root)
     log.info("running %d queries: %s", len(queries), ", ".join(q.name for q in queries))
     # 6.
     runner = None

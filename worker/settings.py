@@ -46,7 +46,9 @@ class WorkerSettings:
             work_dir=env.path("SP_WORK_DIR", f"var/work/{worker_id}"),
             log_dir=env.path("SP_LOG_DIR", "var/log"),
             output_dir=env.path("SP_OUTPUT_DIR", "var/output"),
-            spark_master=env.string("SP_SPARK_MASTER", "local[2]"),
+            # local[threads, max task attempts]: plain local[N] never retries a
+            # task, so one transient failure would fail the whole query.
+            spark_master=env.string("SP_SPARK_MASTER", "local[2,4]"),
             shuffle_partitions=env.integer("SP_SHUFFLE_PARTITIONS", 2, minimum=1),
             max_records_per_batch=env.integer("SP_MAX_RECORDS_PER_BATCH", 10_000, minimum=0),
             trigger_interval_ms=env.integer("SP_TRIGGER_INTERVAL", 1000, minimum=0, unit="milliseconds"),

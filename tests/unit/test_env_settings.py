@@ -95,7 +95,7 @@ def test_worker_defaults():
     assert s.controller_addr == "localhost:50051"
     assert s.work_dir == Path("var/work/worker-0")
     assert s.log_dir == Path("var/log") and s.output_dir == Path("var/output")
-    assert s.spark_master == "local[2]"
+    assert s.spark_master == "local[2,4]"
     assert s.shuffle_partitions == 2
     assert s.max_records_per_batch == 10_000
     assert s.trigger_interval_ms == 1000 and s.report_interval_ms == 1000

@@ -7,7 +7,6 @@ under ``<query root>/<sink name>`` (the query root is a fresh directory under
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -79,18 +78,6 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
     return writer.option("workerId", settings.worker_id).option("queryName", name).start()
 
 
-def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, query_root: Path,
-                  prepare_session: Callable[[SparkSession], None]) -> list[StreamingQuery]:
-    """One query per branch, each in a session of its own.
-
-    A query restarted from its checkpoint applies the SQL conf recorded there
-    to its session while it starts; in a shared session that races with the
-    other queries serialising their tasks (seen as OptionalDataException in
-    HashMap.readObject). Separate sessions share the SparkContext, not conf.
-    """
-    queries = []
-    for branch in pipeline.branches:
-        session = spark.newSession()
-        prepare_session(session)
-        queries.append(start_branch(session, branch, settings, query_root))
-    return queries
+def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings,
+                  query_root: Path) -> list[StreamingQuery]:
+    return [start_branch(spark, branch, settings, query_root) for branch in pipeline.branches]

@@ -28,6 +28,7 @@ def start_session(settings: WorkerSettings) -> SparkSession:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    register_data_sources(spark)
     return spark
 
 

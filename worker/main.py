@@ -37,6 +37,7 @@ from worker.checkpointing.writer import CheckpointWriter
 from worker.control.backoff import Backoff
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
 from worker.control.reporter import Reporter, WorkerSnapshot
+from worker.healthcheck import write_health
 from worker.runtime.progress import ProgressTracker, QueryStatus, summarize_error
 from worker.runtime.queries import source_logs
 from worker.runtime.recovery import RecoveryTracker
@@ -167,8 +168,11 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     def snapshot() -> WorkerSnapshot:
         statuses = tracker.snapshot()
         progress = recovery.progress(statuses)
+        state = worker_state(statuses, len(queries), progress.active)
+        write_health(settings.work_dir, registered=True, queries_alive=all(q.isActive for q in queries),
+                     state=pb.WorkerState.Name(state))
         return WorkerSnapshot(
-            state=worker_state(statuses, len(queries), progress.active),
+            state=state,
             queries=statuses,
             dropped_checkpoints=runner.stats().dropped if runner else 0,
             restored_checkpoint_id=restored.checkpoint_id if restored else 0,

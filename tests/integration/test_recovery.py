@@ -151,11 +151,11 @@ def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced
 
     assert stack.stop("worker-0") == 0
     newest, middle, oldest = (store.load(i) for i in store.checkpoint_ids()[-1:-4:-1])
-    # Truncate the newest manifest; flip a byte in a state file only the middle one holds.
+    # Truncate the newest manifest; flip a byte in a file only the middle one holds.
     path = store.manifest_path(newest.checkpoint_id)
     path.write_bytes(path.read_bytes()[:40])
-    only_middle = next(e for q in middle.queries for p, e in q.files.items()
-                       if p.startswith("state/") and e.sha256 not in oldest.digests())
+    only_middle = next(e for q in middle.queries for e in q.files.values()
+                       if e.sha256 not in oldest.digests())
     blob = store.blob_path(only_middle.sha256)
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 0xFF

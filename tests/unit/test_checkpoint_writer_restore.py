@@ -415,7 +415,7 @@ def test_committer_retries_and_commits_only_the_newest_once_the_controller_is_ba
 
 
 def test_a_checkpoint_due_while_one_is_being_written_is_dropped(runner_parts, store):
-    start, clock, controller, _, _, writer = runner_parts
+    start, clock, controller, _, query, writer = runner_parts
     gated = GatedWriter(writer)
     runner, scheduler = start(take=gated)
     clock.now += FREQ_MS
@@ -428,9 +428,19 @@ def test_a_checkpoint_due_while_one_is_being_written_is_dropped(runner_parts, st
     # The dropped one is not queued: nothing more until the next interval.
     clock.wait_ticks(3)
     assert (gated.calls, scheduler.in_flight) == (1, None)
+    query.batch(1)                              # something new to checkpoint
     clock.now += FREQ_MS
     controller.wait_for(lambda: controller.completed == [1, 2])
     assert store.checkpoint_ids() == [1, 2]
+
+
+def test_nothing_committed_since_the_last_checkpoint_takes_none(writer, query_root):
+    query = FakeQuery(query_root)
+    query.batch(0)
+    assert writer.take(1).checkpoint_id == 1
+    assert writer.take(2) is None               # idle: no identical checkpoint
+    query.batch(1)
+    assert writer.take(2).queries[0].batch_id == 1
 
 
 def test_a_failed_checkpoint_is_counted_and_the_next_one_is_taken(runner_parts, store):

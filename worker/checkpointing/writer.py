@@ -36,6 +36,7 @@ class CheckpointWriter:
         # a committed file in place, but after a restore it writes a new file
         # under an old name: size, mtime and inode tell the two apart.
         self._seen: dict[tuple[str, str], _Seen] = {}
+        self._last_signature: object = None
 
     def _cut(self, query: str) -> tuple[int, dict[str, int], list[str]] | None:
         query_dir = self.query_root / query
@@ -44,6 +45,16 @@ class CheckpointWriter:
             return None
         offsets_file = query_dir / "offsets" / str(batch)
         return batch, parse_offsets(offsets_file.read_text()), select_cut(list_files(query_dir), batch)
+
+    def _stat_signature(self, query: str, paths: list[str]) -> tuple:
+        signature = []
+        for path in paths:
+            try:
+                st = (self.query_root / query / path).stat()
+            except FileNotFoundError:
+                continue
+            signature.append((path, st.st_size, st.st_mtime_ns, st.st_ino))
+        return tuple(signature)
 
     def _store_file(self, query: str, path: str) -> tuple[FileEntry, int] | None:
         source = self.query_root / query / path
@@ -62,7 +73,9 @@ class CheckpointWriter:
         return FileEntry(blob.sha256, blob.size), (blob.size if blob.copied else 0)
 
     def take(self, checkpoint_id: int) -> Manifest | None:
-        """Take checkpoint ``checkpoint_id``; None if no query has committed a batch yet.
+        """Take checkpoint ``checkpoint_id``; None if no query has committed a
+        batch yet, or none has committed one since the previous checkpoint (an
+        idle pipeline does not churn identical checkpoints).
 
         Steps:
         1. Fix each query's cut: its latest committed batch N and the files of it.
@@ -78,6 +91,10 @@ class CheckpointWriter:
             if cut is not None:
                 cuts[query] = cut
         if not cuts:
+            return None
+        # Same files, same stat as last time: nothing was committed since.
+        signature = {query: (batch, self._stat_signature(query, paths)) for query, (batch, _, paths) in cuts.items()}
+        if signature == self._last_signature:
             return None
         # 2.
         copied = 0
@@ -106,5 +123,6 @@ class CheckpointWriter:
             pipeline_fingerprint=self.pipeline_fingerprint,
         )
         self.store.write_manifest(manifest)
+        self._last_signature = signature
         self._faults.hit("checkpoint.manifest_written")
         return manifest

@@ -1,0 +1,16 @@
+"""Controller health check: GET http://localhost:$SP_CONTROLLER_HTTP_PORT/health must answer {"status": "ok"}."""
+
+import json
+import os
+import sys
+import urllib.request
+
+port = os.environ.get("SP_CONTROLLER_HTTP_PORT", "8080")
+try:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=4) as response:
+        status = json.load(response).get("status")
+except Exception as error:  # noqa: BLE001 - any failure is "unhealthy"
+    print(f"unhealthy: {error}")
+    sys.exit(1)
+print("healthy" if status == "ok" else f"unhealthy: status {status!r}")
+sys.exit(0 if status == "ok" else 1)

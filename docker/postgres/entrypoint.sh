@@ -1,0 +1,61 @@
+#!/bin/bash
+# Entrypoint of the Sparkpoint PostgreSQL image.
+#
+#   sparkpoint-postgres postgres [ARGS...]   initdb on first start, then run the server
+#   sparkpoint-postgres healthcheck          pg_isready against the local server
+#   sparkpoint-postgres COMMAND...           anything else is run as is
+#
+# Environment: PGDATA (the data directory, a volume), POSTGRES_PASSWORD
+# (required on first start), POSTGRES_USER (default postgres), POSTGRES_DB
+# (default: POSTGRES_USER), POSTGRES_INITDB_ARGS (extra initdb arguments).
+set -euo pipefail
+
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+export PATH="$PGBIN:$PATH"
+: "${PGDATA:=/var/lib/postgresql/data}"
+export PGDATA
+USER_NAME=${POSTGRES_USER:-postgres}
+DB_NAME=${POSTGRES_DB:-$USER_NAME}
+
+if [ "${1:-}" = healthcheck ]; then
+  exec pg_isready -q -h 127.0.0.1 -p "${PGPORT:-5432}" -U "$USER_NAME" -d "$DB_NAME"
+fi
+if [ "${1:-}" != postgres ]; then
+  exec "$@"
+fi
+shift
+
+if [ "$(id -u)" = 0 ]; then
+  echo "sparkpoint-postgres: refusing to run as root" >&2
+  exit 1
+fi
+
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+  if [ -z "${POSTGRES_PASSWORD:-}" ]; then
+    echo "sparkpoint-postgres: POSTGRES_PASSWORD must be set to initialise $PGDATA" >&2
+    exit 1
+  fi
+  echo "sparkpoint-postgres: initialising $PGDATA (user $USER_NAME, database $DB_NAME)"
+  pwfile=$(mktemp)
+  trap 'rm -f "$pwfile"' EXIT
+  printf '%s\n' "$POSTGRES_PASSWORD" > "$pwfile"
+  # shellcheck disable=SC2086
+  initdb -D "$PGDATA" -U "$USER_NAME" --pwfile="$pwfile" --encoding=UTF8 --locale=C.UTF-8 \
+    --auth-local=trust --auth-host=scram-sha-256 ${POSTGRES_INITDB_ARGS:-} >/dev/null
+  rm -f "$pwfile"
+  {
+    echo "# Sparkpoint: password authentication from any address"
+    echo "host all all 0.0.0.0/0 scram-sha-256"
+    echo "host all all ::/0 scram-sha-256"
+  } >> "$PGDATA/pg_hba.conf"
+  if [ "$DB_NAME" != postgres ]; then
+    # A private, socket-only server to create the database, then stop it.
+    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=/var/run/postgresql" start >/dev/null
+    psql -v ON_ERROR_STOP=1 -h /var/run/postgresql -U "$USER_NAME" -d postgres -q \
+      -c "CREATE DATABASE \"$DB_NAME\"" >/dev/null
+    pg_ctl -D "$PGDATA" -w -m fast stop >/dev/null
+  fi
+  echo "sparkpoint-postgres: initialised"
+fi
+
+exec postgres -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories=/var/run/postgresql "$@"

@@ -1,0 +1,30 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from worker.healthcheck import FILE_NAME, check, write_health
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_healthy_only_when_registered_alive_and_recent(tmp_path):
+    assert check(tmp_path, 30, now=0) == "not started yet (no health file)"
+    write_health(tmp_path, registered=True, queries_alive=True, state="WORKER_STATE_RUNNING")
+    written = json.loads((tmp_path / FILE_NAME).read_text())["updated_at"]
+    assert check(tmp_path, 30, now=written + 5) is None
+    assert check(tmp_path, 30, now=written + 31) == "no progress report for 31s"
+    write_health(tmp_path, registered=True, queries_alive=False, state="WORKER_STATE_FAILED")
+    assert "queries not running" in check(tmp_path, 30, now=written)
+    write_health(tmp_path, registered=False, queries_alive=True, state="WORKER_STATE_STARTING")
+    assert check(tmp_path, 30, now=written) == "not registered with the controller"
+
+
+def test_command_exit_status(tmp_path):
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "worker.healthcheck"], cwd=REPO, capture_output=True, text=True,
+                              env={"SP_WORK_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert run().returncode == 1
+    write_health(tmp_path, registered=True, queries_alive=True, state="WORKER_STATE_RUNNING")
+    result = run()
+    assert (result.returncode, result.stdout.strip()) == (0, "healthy")

@@ -1,0 +1,64 @@
+"""Container health check: ``python -m worker.healthcheck``.
+
+Healthy means: registered with the controller at least once, every query
+alive, and the worker wrote this within the last ``SP_HEALTH_MAX_AGE``
+seconds (default 30). The worker writes ``<SP_WORK_DIR>/health.json`` with
+each progress report, whether or not the controller is reachable -- a worker
+that keeps processing while the controller is down is healthy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from sparkpoint.env import Env, SettingsError
+
+FILE_NAME = "health.json"
+
+
+def write_health(work_dir: Path, *, registered: bool, queries_alive: bool, state: str) -> None:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    tmp = work_dir / f".{FILE_NAME}.tmp"
+    tmp.write_text(json.dumps({"registered": registered, "queries_alive": queries_alive, "state": state,
+                               "updated_at": time.time()}))
+    os.replace(tmp, work_dir / FILE_NAME)
+
+
+def check(work_dir: Path, max_age_s: float, now: float) -> str | None:
+    """None if healthy, else what is wrong."""
+    try:
+        health = json.loads((work_dir / FILE_NAME).read_text())
+    except FileNotFoundError:
+        return "not started yet (no health file)"
+    except ValueError:
+        return "health file unreadable"
+    if not health.get("registered"):
+        return "not registered with the controller"
+    if not health.get("queries_alive"):
+        return f"queries not running (state {health.get('state')})"
+    age = now - float(health.get("updated_at", 0))
+    if age > max_age_s:
+        return f"no progress report for {age:.0f}s"
+    return None
+
+
+def main() -> None:
+    env = Env(os.environ)
+    try:
+        worker_id = env.string("SP_WORKER_ID", f"worker-{env.integer('SP_WORKER_INDEX', 0, minimum=0)}")
+        work_dir = env.path("SP_WORK_DIR", f"var/work/{worker_id}")
+        max_age = env.integer("SP_HEALTH_MAX_AGE", 30, minimum=1)
+    except SettingsError as error:
+        print(f"unhealthy: {error}")
+        sys.exit(1)
+    problem = check(work_dir, max_age, time.time())
+    print(f"unhealthy: {problem}" if problem else "healthy")
+    sys.exit(1 if problem else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -112,9 +112,8 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
         store.acquire(settings.worker_id)
     except (FenceError, OSError) as error:
         exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
-    durable, unreadable = store.readable() if checkpoints_on else ([], [])
-    for problem in unreadable:
-        log.error("unreadable checkpoint manifest: %s", problem)
+    for problem in store.quarantine_unreadable() if checkpoints_on else []:
+        log.error("unreadable checkpoint manifest, moved to quarantine: %s", problem)
     # 3.
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
                               pipeline.fingerprint(), tuple(n.name for n in pipeline.nodes()))

@@ -165,8 +165,10 @@ def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced
     final = wait_until(lambda: caught_up(stack, log), timeout_s=300, what="the worker to process the whole log")
     assert final["recovery"]["restored_checkpoint_id"] == oldest.checkpoint_id
     worker_log = stack.services["worker-0"].log_path.read_text()
-    assert f"checkpoint {newest.checkpoint_id} is corrupt" in worker_log
+    assert f"{newest.checkpoint_id:012d}.json: not a valid checkpoint manifest" in worker_log
     assert f"checkpoint {middle.checkpoint_id} is corrupt" in worker_log and "checksum" in worker_log
+    assert sorted(p.name for p in (store.root / "quarantine").iterdir()) == \
+        [f"{middle.checkpoint_id:012d}.json", f"{newest.checkpoint_id:012d}.json"]
     check_output(stack, events)
 
 

@@ -216,3 +216,12 @@ def test_a_store_locked_by_another_process_is_fenced(tmp_path):
         holder.wait(timeout=10)
     store.acquire("worker-7")   # the holder is gone: its lock went with it
     store.release()
+
+
+def test_unreadable_manifests_are_quarantined_and_named(tmp_path):
+    store = CheckpointStore(tmp_path)
+    store.manifests_dir.mkdir(parents=True)
+    store.manifest_path(4).write_text('{"checkpoint_id": 4, "trunc')
+    problems = store.quarantine_unreadable()
+    assert len(problems) == 1 and "000000000004.json" in problems[0]
+    assert store.checkpoint_ids() == [] and store.highest_id_ever() == 4

@@ -177,6 +177,17 @@ class CheckpointStore:
                 problems.append(str(error))
         return manifests, problems
 
+    def quarantine_unreadable(self) -> list[str]:
+        """Move manifests that do not parse to ``quarantine/``; one problem line each."""
+        problems = []
+        for checkpoint_id in self.checkpoint_ids():
+            try:
+                self.load(checkpoint_id)
+            except ManifestError as error:
+                problems.append(str(error))
+                self.quarantine(checkpoint_id)
+        return problems
+
     def verify(self, manifest: Manifest) -> None:
         """Check every file is present with the recorded size and digest."""
         for query in manifest.queries:

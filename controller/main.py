@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import time
 
 import uvicorn
@@ -19,12 +20,25 @@ from sparkpoint.env import SettingsError, exit_with_error
 log = logging.getLogger("sparkpoint.controller")
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Fail before starting anything if the REST port is taken (uvicorn would
+    only log it and exit)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         settings = ControllerSettings.from_env(os.environ)
     except SettingsError as error:
         exit_with_error("sparkpoint-controller", error)
+    try:
+        check_port_free(settings.bind, settings.http_port)
+    except OSError as error:
+        exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_HTTP_PORT: cannot listen on "
+                                                 f"{settings.bind}:{settings.http_port}: {error.strerror}")
     service = ControllerService(ServiceConfig(worker_count=settings.worker_count), clock=time.time)
     checkpointer = None
     if settings.checkpoint_freq_ms > 0:
@@ -61,8 +75,6 @@ def main() -> None:
         grpc_server.stop(grace=2).wait()
         if checkpointer is not None:
             checkpointer.stop()
-    if not server.started:
-        exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_HTTP_PORT: cannot serve on port {settings.http_port}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from sparkpoint.env import Env, SettingsError, exit_with_error
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -154,9 +156,23 @@ class LocalStack:
         return {name: self.stop(name) for name in order}
 
 
+# Set per service by the stack itself; every other SP_* variable of the
+# caller's environment reaches all services.
+_PER_SERVICE = {"SP_WORKER_INDEX", "SP_WORKER_ID", "SP_WORK_DIR", "SP_CHECKPOINT_DIR"}
+
+
 def main() -> None:
-    root = Path(os.environ.get("SP_DEV_ROOT", REPO / "var"))
-    config = StackConfig(root=root, workers=int(os.environ.get("SP_WORKER_COUNT", "2")))
+    env = Env(os.environ)
+    try:
+        config = StackConfig(
+            root=env.path("SP_DEV_ROOT", str(REPO / "var")),
+            workers=env.integer("SP_WORKER_COUNT", 2, minimum=1, maximum=64),
+            grpc_port=env.port("SP_CONTROLLER_GRPC_PORT", 50051),
+            http_port=env.port("SP_CONTROLLER_HTTP_PORT", 8080),
+            env={k: v for k, v in os.environ.items() if k.startswith("SP_") and k not in _PER_SERVICE},
+        )
+    except SettingsError as error:
+        exit_with_error("make run", error)
     stack = LocalStack(config)
     stack.start_all()
     print(f"Sparkpoint is running: controller, producer and {config.workers} workers.")

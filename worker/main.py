@@ -2,12 +2,14 @@
 
 Steps:
 1. Read settings and load the pipeline file (errors name the variable or file).
-2. Fence the checkpoint directory: one live worker per directory.
+2. Fence the checkpoint directory: one live worker per directory; start the
+   Spark session (its JVM is forked before any gRPC channel exists: gRPC's
+   fork handlers can break the launch).
 3. Register with the controller (retrying while it is unreachable), reporting
    the durable checkpoints on the volume; learn what to restore.
 4. Restore that checkpoint (or an older intact one) into a fresh working directory.
-5. Start the Spark session and the pipeline's queries; Spark replays the
-   source from the restored offsets.
+5. Start the pipeline's queries; Spark replays the source from the restored
+   offsets.
 6. Checkpoint and report progress in the background until a query stops or
    SIGTERM arrives.
 """
@@ -21,6 +23,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from proto.sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.env import SettingsError, exit_with_error
@@ -43,6 +46,9 @@ from worker.runtime.queries import source_logs
 from worker.runtime.recovery import RecoveryTracker
 from worker.settings import WorkerSettings
 from worker.sources.log_source import owned_partitions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("sparkpoint.worker")
 PROGRAM = "sparkpoint-worker"
@@ -114,6 +120,29 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
         exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
     for problem in store.quarantine_unreadable() if checkpoints_on else []:
         log.error("unreadable checkpoint manifest, moved to quarantine: %s", problem)
+    from pyspark.errors import PySparkException
+
+    from worker.runtime.session import start_session
+
+    try:
+        spark = start_session(settings)
+    except PySparkException as error:
+        exit_with_error(PROGRAM, f"cannot start Spark (SP_SPARK_MASTER={settings.spark_master}): "
+                                 f"{summarize_error(str(error))}")
+    try:
+        return serve(settings, pipeline, stop, store, spark)
+    finally:
+        spark.stop()
+        store.release()
+
+
+def serve(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event, store: CheckpointStore,
+          spark: SparkSession) -> int:
+    """Steps 3-6, with the checkpoint directory fenced and Spark started."""
+    from worker.runtime.progress import SparkProgressListener
+    from worker.runtime.queries import start_queries
+
+    checkpoints_on = settings.checkpoint_freq_ms > 0
     # 3.
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
                               pipeline.fingerprint(), tuple(n.name for n in pipeline.nodes()))
@@ -142,11 +171,6 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
                  {q.name: q.batch_id for q in restored.queries})
     recovery = recovery_tracker(pipeline, settings, restored)
     # 5.
-    from worker.runtime.progress import SparkProgressListener
-    from worker.runtime.queries import start_queries
-    from worker.runtime.session import start_session
-
-    spark = start_session(settings)
     tracker = ProgressTracker()
     spark.streams.addListener(SparkProgressListener(tracker, {}))
     queries = start_queries(spark, pipeline, settings, query_root)
@@ -196,8 +220,6 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
         tracker.on_terminated(failed.name, str(error))
     reporter.stop()
     client.close()
-    spark.stop()
-    store.release()
     if error is not None:
         log.error("query %s failed: %s", failed.name, summarize_error(str(error)))
         return 1

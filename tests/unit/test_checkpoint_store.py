@@ -225,3 +225,12 @@ def test_unreadable_manifests_are_quarantined_and_named(tmp_path):
     problems = store.quarantine_unreadable()
     assert len(problems) == 1 and "000000000004.json" in problems[0]
     assert store.checkpoint_ids() == [] and store.highest_id_ever() == 4
+
+
+def test_start_up_removes_temporary_manifests_a_crash_left(tmp_path):
+    store = CheckpointStore(tmp_path)
+    store.manifests_dir.mkdir(parents=True)
+    stray = store.manifests_dir / ".000000000005.json.abc.tmp"
+    stray.write_text("{")
+    assert store.quarantine_unreadable() == []
+    assert not stray.exists()

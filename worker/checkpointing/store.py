@@ -178,7 +178,10 @@ class CheckpointStore:
         return manifests, problems
 
     def quarantine_unreadable(self) -> list[str]:
-        """Move manifests that do not parse to ``quarantine/``; one problem line each."""
+        """Move manifests that do not parse to ``quarantine/``; one problem line
+        each. Also removes temporary manifests a crash left behind."""
+        for stray in self.manifests_dir.glob(".*.tmp") if self.manifests_dir.is_dir() else []:
+            stray.unlink(missing_ok=True)
         problems = []
         for checkpoint_id in self.checkpoint_ids():
             try:
@@ -233,8 +236,9 @@ class CheckpointStore:
             return 0
         for shard in self.blobs.iterdir():
             if not shard.is_dir():
-                if shard.name.endswith(".tmp"):
-                    shard.unlink(missing_ok=True)   # a copy a crash interrupted
+                if shard.name.endswith(".tmp"):     # a copy a crash interrupted
+                    freed += shard.stat().st_size
+                    shard.unlink(missing_ok=True)
                 continue
             for blob in shard.iterdir():
                 if blob.name not in referenced:

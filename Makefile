@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 PROTOS := $(wildcard proto/sparkpoint/v1/*.proto)
 PROTO_OUT := $(PROTOS:.proto=_pb2.py) $(PROTOS:.proto=_pb2_grpc.py)
 
-.PHONY: all deps java proto test unit integration run clean-local
+.PHONY: all deps java proto test unit integration chaos run clean-local
 
 all: deps proto
 
@@ -32,14 +32,19 @@ proto/sparkpoint/v1/%_pb2.py proto/sparkpoint/v1/%_pb2_grpc.py: proto/sparkpoint
 
 proto: $(PROTO_OUT)
 
+# The whole suite but the container chaos tests (see `make chaos`).
 test: deps proto
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -m "not chaos" $(PYTEST_ARGS)
 
 unit: deps proto
-	$(PY) -m pytest -q -m "not integration" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not integration and not chaos" $(PYTEST_ARGS)
 
 integration: deps proto
 	$(PY) -m pytest -q -m integration $(PYTEST_ARGS)
+
+# Crash containers of the real compose stack (builds the images first).
+chaos: deps proto
+	$(PY) -m pytest -q -ra -s -m chaos $(PYTEST_ARGS)
 
 # Controller, two workers and a producer as local processes on the embedded
 # defaults (event log source, files sink). Ctrl-C stops everything.
@@ -57,6 +62,7 @@ clean-local:
 #   make up       images, `compose up -d`, wait until every service is healthy
 #   make down     stop the stack (volumes kept)
 #   make clean    stop it, delete its volumes and build/
+#   helpers: docker-ps, docker-logs, docker-crash SERVICE=worker-0, docker-clean-images
 # COMPOSE_PROJECT_NAME separates stacks (tests can run their own);
 # SP_BASE_SOURCE=registry starts the bases from a public Debian image instead.
 COMPOSE_PROJECT_NAME ?= sparkpoint
@@ -68,7 +74,7 @@ UP_TIMEOUT ?= 420
 WHEELHOUSE := build/wheelhouse
 IMAGE_INPUTS := pyproject.toml controller worker proto sparkpoint $(WHEELHOUSE)
 
-.PHONY: images docker-tools base-images wheelhouse up down clean ps logs clean-images
+.PHONY: images docker-tools base-images wheelhouse up down clean docker-ps docker-logs docker-crash docker-clean-images
 
 docker-tools:
 	@command -v docker >/dev/null 2>&1 || { echo "docker is not installed" >&2; exit 1; }
@@ -92,7 +98,7 @@ images: proto base-images wheelhouse
 	@docker/build-image.sh controller Dockerfile.controller . "$$(cat build/base-python.ref)" \
 	  $(IMAGE_INPUTS) docker/healthcheck-http.py docker/healthcheck-producer.py >/dev/null
 	@docker/build-image.sh worker Dockerfile.worker . "$$(cat build/base-java.ref)" \
-	  $(IMAGE_INPUTS) pipelines >/dev/null
+	  $(IMAGE_INPUTS) pipelines docker/worker-entrypoint.sh >/dev/null
 	@docker/build-image.sh postgres docker/postgres/Dockerfile docker/postgres "$$(cat build/base-postgres.ref)" \
 	  docker/postgres >/dev/null
 	@docker images --filter 'reference=sparkpoint-*:latest'
@@ -109,11 +115,20 @@ up: images
 down:
 	$(DC) down --remove-orphans
 
-ps:
+docker-ps:
 	$(DC) ps
 
-logs:
+docker-logs:
 	$(DC) logs --tail=100
+
+# Crash one service (SERVICE=worker-0): SIGKILL every process in its container
+# from inside, as a crash would, so its restart policy brings it back.
+# (`docker kill` counts as a manual stop: Docker then skips the restart policy.)
+SERVICE ?= worker-0
+docker-crash:
+	@id=$$($(DC) ps -q $(SERVICE)); [ -n "$$id" ] || { echo "no container for $(SERVICE)" >&2; exit 1; }; \
+	  docker exec "$$id" sh -c 'kill -KILL -1'; \
+	  echo "crashed $(SERVICE) ($$(echo $$id | cut -c1-12)); restart policy: $$(docker inspect -f '{{.HostConfig.RestartPolicy.Name}}' $$id)"
 
 clean:
 	$(DC) down -v --remove-orphans
@@ -121,5 +136,5 @@ clean:
 	  echo "something is mounted under build/ (an interrupted debootstrap?): unmount it first" >&2; exit 1; fi
 	rm -rf build
 
-clean-images:
+docker-clean-images:
 	-docker rmi $$(docker images --format '{{.Repository}}:{{.Tag}}' | grep '^sparkpoint-') 2>/dev/null

@@ -8,6 +8,7 @@
 # relative to the repository; __pycache__ and *.pyc are ignored; a directory
 # named build/wheelhouse is represented by its .stamp, the list of its
 # wheels), so a second `make images` with nothing changed builds nothing.
+# Older sparkpoint-NAME:<hash> tags are removed after a build.
 # Extra `docker build` arguments may be passed in DOCKER_BUILD_ARGS.
 set -euo pipefail
 
@@ -26,7 +27,7 @@ base_id=$(docker image inspect -f '{{.Id}}' "$BASE" 2>/dev/null) || {
 hash_inputs() {
   echo "dockerfile $DOCKERFILE"; cat "$DOCKERFILE"
   echo "context $CONTEXT"; echo "base $base_id"
-  [ -f .dockerignore ] && cat .dockerignore
+  [ -f "$CONTEXT/.dockerignore" ] && cat "$CONTEXT/.dockerignore"
   local input
   for input in "$@"; do
     if [ "$input" = build/wheelhouse ]; then
@@ -48,12 +49,33 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
 else
   echo "building $IMAGE from $DOCKERFILE (base $BASE) ..." >&2
   start=$(date +%s)
-  # shellcheck disable=SC2086
-  docker build -f "$DOCKERFILE" --build-arg BASE_IMAGE="$BASE" ${DOCKER_BUILD_ARGS:-} \
-    --label org.opencontainers.image.title="$IMAGE_NAME" --label sparkpoint.inputs="$TAG" \
-    -t "$IMAGE" "$CONTEXT" >&2
-  echo "built $IMAGE in $(( $(date +%s) - start ))s" >&2
+  log="build/images/$NAME.log"
+  : > "$log"
+  # A multi-stage Dockerfile's `build` stage is tagged too (sparkpoint-NAME-build):
+  # it holds the layer cache of the dependency install, and an untagged stage
+  # would linger as a dangling image after every build.
+  targets=()
+  grep -qiE '^FROM .* AS build$' "$DOCKERFILE" && targets+=("--target build -t $IMAGE_NAME-build:$TAG")
+  targets+=("-t $IMAGE")
+  ok=1
+  for target in "${targets[@]}"; do
+    # shellcheck disable=SC2086
+    docker build -f "$DOCKERFILE" --build-arg BASE_IMAGE="$BASE" ${DOCKER_BUILD_ARGS:-} \
+      $target "$CONTEXT" >> "$log" 2>&1 || { ok=0; break; }
+  done
+  if [ "$ok" = 0 ]; then
+    echo "build-image: docker build of $IMAGE failed; last lines of $log:" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+  echo "built $IMAGE in $(( $(date +%s) - start ))s (log: $log)" >&2
 fi
 docker tag "$IMAGE" "$IMAGE_NAME:latest"
+# Older builds of this image and of its build stage: untag them (their layers
+# go unless still used).
+{ docker images --format '{{.Repository}}:{{.Tag}}' "$IMAGE_NAME"
+  docker images --format '{{.Repository}}:{{.Tag}}' "$IMAGE_NAME-build"; } \
+  | grep -v -x -e "$IMAGE" -e "$IMAGE_NAME:latest" -e "$IMAGE_NAME-build:$TAG" \
+  | xargs -r docker rmi >/dev/null 2>&1 || true
 echo "$IMAGE" > "build/images/$NAME.ref"
 echo "$IMAGE"

@@ -36,6 +36,8 @@ mkdir -p "$BUILD"
 
 finish() {
   docker tag "$IMAGE" "$IMAGE_NAME:latest"
+  docker images --format '{{.Repository}}:{{.Tag}}' "$IMAGE_NAME" \
+    | grep -v -x -e "$IMAGE" -e "$IMAGE_NAME:latest" | xargs -r docker rmi >/dev/null 2>&1 || true
   echo "$IMAGE" > "$BUILD/base-$NAME.ref"
   echo "$IMAGE"
 }

@@ -1,0 +1,103 @@
+"""Driving the real compose stack from tests, with the Docker SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import docker
+
+from tests.support import get_json
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Runs inside a container of the project's own image, on the stack's volumes:
+# the whole input (log) and what the sinks published.
+_READ_RESULTS = """
+import json, pathlib
+from worker.sinks.files import read_published
+events = []
+for path in sorted(pathlib.Path('/log/trades').glob('p-*.jsonl')):
+    data = path.read_bytes()
+    data = data[: data.rfind(b'\\n') + 1]
+    events += [json.loads(line) for line in data.splitlines()]
+enriched = read_published(pathlib.Path('/out/trades_enriched'))
+vwap = read_published(pathlib.Path('/out/vwap'), latest_batch_only=True)
+print(json.dumps({
+    'events': events,
+    'ids': enriched.column('id').to_pylist() if enriched is not None else [],
+    'vwap': vwap.to_pylist() if vwap is not None else [],
+}))
+"""
+
+
+def compose_command() -> list[str]:
+    """``docker compose`` where the plugin exists, else ``docker-compose``."""
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+    return ["docker", "compose"] if probe.returncode == 0 else ["docker-compose"]
+
+
+class ComposeStack:
+    def __init__(self, project: str, env: dict[str, str], http_port: int) -> None:
+        self.project = project
+        self.env = {**os.environ, **env, "SP_HTTP_PUBLISH_PORT": str(http_port), "COMPOSE_PROJECT_NAME": project}
+        self.status_url = f"http://127.0.0.1:{http_port}/status"
+        self.client = docker.from_env()
+
+    def compose(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([*compose_command(), "-p", self.project, "-f", str(REPO / "docker-compose.yml"), *args],
+                              cwd=REPO, env=self.env, check=check, capture_output=True, text=True)
+
+    def up(self, *services: str) -> None:
+        self.compose("up", "-d", *services)
+
+    def container(self, service: str):
+        found = self.client.containers.list(all=True, filters={
+            "label": [f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]})
+        assert found, f"no container for {service}"
+        return found[0]
+
+    def crash(self, service: str) -> None:
+        """SIGKILL the container's init process from the host: a crash, which
+        the restart policy handles (``docker kill`` is a manual stop to Docker,
+        and restart policies ignore it)."""
+        container = self.container(service)
+        container.reload()
+        pid = container.attrs["State"]["Pid"]
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+
+    def restart_count(self, service: str) -> int:
+        container = self.container(service)
+        container.reload()
+        return container.attrs["RestartCount"]
+
+    def status(self) -> dict:
+        return get_json(self.status_url)
+
+    def worker(self, index: int) -> dict | None:
+        return next((w for w in self.status().get("workers", []) if w["worker_index"] == index), None)
+
+    def results(self) -> dict:
+        output = self.client.containers.run(
+            "sparkpoint-controller:latest", ["python", "-c", _READ_RESULTS], remove=True,
+            volumes={f"{self.project}_eventlog": {"bind": "/log", "mode": "ro"},
+                     f"{self.project}_output": {"bind": "/out", "mode": "ro"}})
+        return json.loads(output)
+
+    def save_logs(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for container in self.client.containers.list(all=True, filters={
+                "label": f"com.docker.compose.project={self.project}"}):
+            (directory / f"{container.name}.log").write_bytes(container.logs())
+
+    def down(self) -> None:
+        self.compose("down", "-v", "--remove-orphans", "-t", "20", check=False)
+
+
+def clear_artifacts(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)

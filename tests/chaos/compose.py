@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -97,7 +96,3 @@ class ComposeStack:
 
     def down(self) -> None:
         self.compose("down", "-v", "--remove-orphans", "-t", "20", check=False)
-
-
-def clear_artifacts(directory: Path) -> None:
-    shutil.rmtree(directory, ignore_errors=True)

@@ -3,7 +3,6 @@ from __future__ import annotations
 import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 

@@ -106,5 +106,5 @@ def test_parse_offsets_merges_several_sources_and_skips_empty_ones():
 
 
 def test_parse_offsets_does_not_take_the_metadata_line_for_offsets():
-    text = f'v1\n{{"batchWatermarkMs":5,"batchTimestampMs":9}}\n{{"0":1}}'
+    text = 'v1\n{"batchWatermarkMs":5,"batchTimestampMs":9}\n{"0":1}'
     assert parse_offsets(text) == {"0": 1}

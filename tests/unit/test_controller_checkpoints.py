@@ -4,9 +4,10 @@ view, and the CommitCheckpoint RPC end to end (in-process gRPC)."""
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
+
+from tests.unit.fakes import new_service
 
 from controller.checkpointing.store import ControllerCheckpointError, ControllerCheckpointStore
 from controller.core.model import (
@@ -19,34 +20,11 @@ from controller.core.model import (
     ReportStatus,
     WorkerState,
 )
-from controller.core.service import ControllerService, InvalidSnapshot, ServiceConfig
+from controller.core.service import InvalidSnapshot
 from controller.grpc.servicer import start_grpc_server
 from worker.checkpointing.manifest import FileEntry, Manifest
 from worker.checkpointing.manifest import QueryCut as ManifestCut
 from worker.control.client import ControllerClient, NotRegistered, WorkerIdentity
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-def new_service(clock) -> ControllerService:
-    ids = itertools.count(1)
-    return ControllerService(ServiceConfig(worker_count=2), clock=clock, new_session_id=lambda: f"s{next(ids)}")
-
-
-@pytest.fixture
-def service(clock) -> ControllerService:
-    return new_service(clock)
 
 
 def checkpoint(checkpoint_id: int, batch_id: int = 3, created_at: float = 990.0) -> CheckpointInfo:

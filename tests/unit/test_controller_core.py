@@ -3,7 +3,6 @@ driven with a fake clock and deterministic session ids (no sleeps)."""
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 
@@ -16,26 +15,6 @@ from controller.core.model import (
     RestoreDecision,
     WorkerState,
 )
-from controller.core.service import ControllerService, ServiceConfig
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def service(clock) -> ControllerService:
-    ids = itertools.count(1)
-    return ControllerService(ServiceConfig(worker_count=2), clock=clock, new_session_id=lambda: f"s{next(ids)}")
 
 
 def registration(worker_id="w0", index=0, count=2) -> Registration:

@@ -4,7 +4,6 @@ producer's ids and partitioning."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ client against it, and the REST app through FastAPI's TestClient."""
 
 from __future__ import annotations
 
-import itertools
 import socket
 import threading
 
@@ -11,31 +10,11 @@ import grpc
 import pytest
 from fastapi.testclient import TestClient
 
-from controller.core.service import ControllerService, ServiceConfig
 from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
 from proto.sparkpoint.v1 import controller_pb2 as pb
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
 from worker.runtime.progress import QueryStatus
-
-
-class FakeClock:
-    def __init__(self, now: float = 5000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def service(clock) -> ControllerService:
-    ids = itertools.count(1)
-    return ControllerService(ServiceConfig(worker_count=2), clock=clock, new_session_id=lambda: f"s{next(ids)}")
 
 
 @pytest.fixture

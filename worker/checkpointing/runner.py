@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import grpc
+
 from worker.checkpointing.manifest import Manifest
 from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier, Tick, retention_plan
 from worker.checkpointing.store import CheckpointStore
@@ -65,8 +67,9 @@ class CheckpointCommitter:
             try:
                 completed = self._commit(manifest)
             except Exception as error:  # controller unreachable: keep the newest, retry
+                reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
                 log.warning("cannot commit checkpoint %d to the controller (%s); retrying",
-                            manifest.checkpoint_id, getattr(error, "code", lambda: error)())
+                            manifest.checkpoint_id, reason)
                 with self._cond:
                     self._cond.wait(backoff.next_delay())
                 continue

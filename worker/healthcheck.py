@@ -28,6 +28,11 @@ def write_health(work_dir: Path, *, registered: bool, queries_alive: bool, state
     os.replace(tmp, work_dir / FILE_NAME)
 
 
+def clear_health(work_dir: Path) -> None:
+    """At start-up: a file left by a killed run must not vouch for this one."""
+    (work_dir / FILE_NAME).unlink(missing_ok=True)
+
+
 def check(work_dir: Path, max_age_s: float, now: float) -> str | None:
     """None if healthy, else what is wrong."""
     try:

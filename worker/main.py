@@ -40,7 +40,7 @@ from worker.checkpointing.writer import CheckpointWriter
 from worker.control.backoff import Backoff
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
 from worker.control.reporter import Reporter, WorkerSnapshot
-from worker.healthcheck import write_health
+from worker.healthcheck import clear_health, write_health
 from worker.runtime.progress import ProgressTracker, QueryStatus, summarize_error
 from worker.runtime.queries import source_logs
 from worker.runtime.recovery import RecoveryTracker
@@ -112,6 +112,7 @@ def recovery_tracker(pipeline: Pipeline, settings: WorkerSettings, restored: Man
 
 def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> int:
     checkpoints_on = settings.checkpoint_freq_ms > 0
+    clear_health(settings.work_dir)
     # 2.
     store = CheckpointStore(settings.checkpoint_dir)
     try:

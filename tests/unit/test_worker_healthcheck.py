@@ -28,3 +28,11 @@ def test_command_exit_status(tmp_path):
     write_health(tmp_path, registered=True, queries_alive=True, state="WORKER_STATE_RUNNING")
     result = run()
     assert (result.returncode, result.stdout.strip()) == (0, "healthy")
+
+
+def test_a_restarted_worker_clears_the_old_health_file(tmp_path):
+    from worker.healthcheck import clear_health
+
+    write_health(tmp_path, registered=True, queries_alive=True, state="WORKER_STATE_RUNNING")
+    clear_health(tmp_path)
+    assert check(tmp_path, 30, now=0) == "not started yet (no health file)"

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 PROTOS := $(wildcard proto/sparkpoint/v1/*.proto)
 PROTO_OUT := $(PROTOS:.proto=_pb2.py) $(PROTOS:.proto=_pb2_grpc.py)
 
-.PHONY: all deps java proto test unit integration chaos run clean-local
+.PHONY: all deps java postgres-server proto test unit integration chaos run clean-local
 
 all: deps proto
 
@@ -18,13 +18,23 @@ java:
 	  echo "java not found: installing openjdk-17-jre-headless"; \
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
+# The tests run private PostgreSQL clusters (tests/pgserver.py) from Debian's
+# server binaries; install them when missing. The drop-in stops the package
+# from creating (and so starting) the default cluster: the tests start their own.
+postgres-server:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  echo "PostgreSQL server not found: installing postgresql"; \
+	  mkdir -p /etc/postgresql-common/createcluster.d && \
+	  echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/sparkpoint-no-main-cluster.conf && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-deps: java $(STAMP)
+deps: java postgres-server $(STAMP)
 
 # Generated gRPC code; imports are package-qualified (proto.sparkpoint.v1).
 proto/sparkpoint/v1/%_pb2.py proto/sparkpoint/v1/%_pb2_grpc.py: proto/sparkpoint/v1/%.proto $(STAMP)

@@ -1,4 +1,8 @@
+from collections.abc import Iterator
+
 import pytest
+
+from tests.pgserver import CommitCutProxy, PostgresServer
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
@@ -7,3 +11,22 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
+    # A failed test that used PostgreSQL shows the end of the server's log.
+    server = getattr(item, "funcargs", {}).get("postgres")
+    if report.failed and isinstance(server, PostgresServer):
+        report.sections.append((f"postgres log ({server.log_path})", server.log_tail()))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A private PostgreSQL cluster shared by the session (its database:
+    ``postgres.dsn``); started only if some test asks for it."""
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture
+def commit_cut_proxy(postgres: PostgresServer) -> Iterator[CommitCutProxy]:
+    """A CommitCutProxy in front of the session's server, for one test."""
+    with CommitCutProxy("127.0.0.1", postgres.port) as proxy:
+        yield proxy

@@ -39,11 +39,29 @@ def running(stack: ComposeStack, index: int) -> dict | None:
     return worker if worker and worker["state"] == "running" and worker["batch_id"] >= 0 else None
 
 
+def checkpointed_since_restore(stack: ComposeStack, index: int) -> int:
+    """Wait until the worker runs with a checkpoint newer than the one it
+    restored; return that checkpoint's id."""
+    worker = wait_until(lambda: (w := running(stack, index)) and w["last_checkpoint"] and
+                        w["last_checkpoint"]["checkpoint_id"] > w["recovery"]["restored_checkpoint_id"] and w,
+                        timeout_s=420, what=f"worker-{index} running with a new checkpoint")
+    return worker["last_checkpoint"]["checkpoint_id"]
+
+
+def resumed(stack: ComposeStack, index: int, checkpoint_id: int) -> dict:
+    """Wait until the worker runs again, restored from ``checkpoint_id`` or a
+    newer one. The controller still shows the killed run until the new one
+    reports, but that run restored an older checkpoint than ``checkpoint_id``
+    (it took ``checkpoint_id`` itself), so a stale record never passes."""
+    return wait_until(lambda: (w := running(stack, index)) and
+                      w["recovery"]["restored_checkpoint_id"] >= checkpoint_id and w,
+                      timeout_s=420, what=f"worker-{index} to resume from checkpoint {checkpoint_id} or newer")
+
+
 def start(stack: ComposeStack) -> None:
     stack.up("controller", "producer", "worker-0", "worker-1")
     for index in (0, 1):
-        wait_until(lambda: running(stack, index) and running(stack, index)["last_checkpoint"], timeout_s=420,
-                   what=f"worker-{index} running with a checkpoint")
+        checkpointed_since_restore(stack, index)
 
 
 def drained_and_exact(stack: ComposeStack) -> None:
@@ -77,6 +95,7 @@ def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack)
     for round_ in range(2):
         victim = rng.randrange(2)
         other = 1 - victim
+        checkpoint = checkpointed_since_restore(compose, victim)
         restarts = compose.restart_count(f"worker-{victim}")
         # A random point: after 1-4 more batches of the victim (checkpoints every 1 s).
         target = compose.worker(victim)["batch_id"] + rng.randint(1, 4)
@@ -90,26 +109,23 @@ def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack)
                    what=f"worker-{other} to keep advancing")
         wait_until(lambda: compose.restart_count(f"worker-{victim}") > restarts, timeout_s=60,
                    what=f"worker-{victim} restarted by its policy")
-        restored = wait_until(lambda: (w := running(compose, victim)) and
-                              w["recovery"]["restored_checkpoint_id"] > 0 and w, timeout_s=420,
-                              what=f"worker-{victim} to restore and run again")
-        print(f"round {round_}: worker-{victim} restored checkpoint {restored['recovery']['restored_checkpoint_id']}")
+        back = resumed(compose, victim, checkpoint)
+        print(f"round {round_}: worker-{victim} restored checkpoint {back['recovery']['restored_checkpoint_id']}")
 
     # Both at once.
+    checkpoints = {index: checkpointed_since_restore(compose, index) for index in (0, 1)}
     print("crashing both workers at once")
     compose.crash("worker-0")
     compose.crash("worker-1")
     for index in (0, 1):
-        wait_until(lambda: (w := running(compose, index)) and w["recovery"]["restored_checkpoint_id"] > 0,
-                   timeout_s=420, what=f"worker-{index} back after both crashed")
+        resumed(compose, index, checkpoints[index])
 
     # Removed entirely and recreated: it restores from its volume, not from scratch.
-    before = compose.worker(1)["last_checkpoint"]["checkpoint_id"]
+    checkpoint = checkpointed_since_restore(compose, 1)
     compose.compose("rm", "-s", "-f", "worker-1")
     compose.up("worker-1")
-    recreated = wait_until(lambda: (w := running(compose, 1)) and w["recovery"]["restored_checkpoint_id"] > 0 and w,
-                           timeout_s=420, what="the recreated worker-1 to restore from its volume")
-    assert recreated["recovery"]["restored_checkpoint_id"] >= before
+    recreated = resumed(compose, 1, checkpoint)
+    print(f"recreated worker-1 restored checkpoint {recreated['recovery']['restored_checkpoint_id']}")
     drained_and_exact(compose)
 
 
@@ -129,11 +145,11 @@ def test_controller_crash_does_not_stop_workers(stack):
     assert compose.restart_count("controller") >= 1
 
     # A worker crashing while the controller is down: it comes back once the controller is.
-    compose.compose("stop", "-t", "1", "controller")
     victim = rng.randrange(2)
+    checkpoint = checkpointed_since_restore(compose, victim)
+    compose.compose("stop", "-t", "1", "controller")
     print(f"controller stopped; crashing worker-{victim}")
     compose.crash(f"worker-{victim}")
     compose.up("controller")
-    wait_until(lambda: (w := running(compose, victim)) and w["recovery"]["restored_checkpoint_id"] > 0,
-               timeout_s=420, what=f"worker-{victim} restored after the controller returned")
+    resumed(compose, victim, checkpoint)
     drained_and_exact(compose)

@@ -1,0 +1,34 @@
+"""What the publisher needs of a sink's target (files, PostgreSQL)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Protocol
+
+from worker.publishing.book import Mark
+from worker.sinks.staging import StagedBatch
+
+
+class Outcome(enum.Enum):
+    PUBLISHED = "published"
+    # The target's mark is not the one the publish was planned from (another
+    # attempt, whose outcome was unknown, did commit): nothing was written;
+    # read the mark again and re-plan.
+    MARK_MOVED = "mark_moved"
+
+
+class Target(Protocol):
+    description: str    # one line for logs and status, e.g. "files var/output/vwap"
+
+    def resume(self) -> Mark | None:
+        """The durable mark ("published up to"), read at start-up and after any
+        failed publish; None if nothing was published (or the target keeps no
+        mark). Cleans up what an interrupted publish left behind."""
+
+    def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
+        """Publish ``batches`` and record ``mark``, atomically. An exception
+        means the outcome may be unknown: the publisher calls ``resume`` before
+        anything else."""
+
+    def close(self) -> None: ...

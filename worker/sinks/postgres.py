@@ -1,0 +1,260 @@
+"""PostgreSQL targets, published from staging by the worker's publisher.
+
+- ``PostgresTransactionalTarget`` (``sp.write.to_postgres(table)``): when a
+  checkpoint completes, everything staged up to it is written in one
+  transaction that also records "published up to checkpoint k, batch b" for
+  (sink, worker) in ``sparkpoint_sink_progress``. If the connection breaks
+  during COMMIT the outcome is unknown: the publisher reads that record again
+  (it moved iff the transaction committed) before anything else, and every
+  transaction first locks the record and checks it is the one it was planned
+  from, so an attempt can never commit on top of another that did.
+- ``PostgresUpsertTarget`` (``to_postgres(table, key=, version=)``): each staged
+  batch at once, ``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
+  table.version < EXCLUDED.version``: a replay never moves a row backwards.
+
+Tables are created if missing, with columns from the batch's Arrow schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+from psycopg import sql
+
+from worker.publishing.book import Mark
+from worker.publishing.target import Outcome
+from worker.sinks.staging import StagedBatch
+
+PROGRESS_TABLE = "sparkpoint_sink_progress"
+# Complete mode (a transactional aggregate): whose rows a publish replaces.
+WORKER_COLUMN = "sparkpoint_worker"
+# A publish waits this long for the progress record a broken connection's
+# transaction may still hold, then fails and is retried.
+LOCK_TIMEOUT = "30s"
+# A dead server or network must fail a call, not hang it: libpq's timeouts.
+_CONNECT_OPTIONS = {
+    "connect_timeout": 5,
+    "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+
+
+class UnsupportedType(ValueError):
+    """A column's type has no PostgreSQL column type here; the message names it."""
+
+
+def column_type(field) -> str:
+    """The PostgreSQL type of an Arrow field."""
+    import pyarrow.types as t
+
+    kind = field.type
+    simple = [
+        (t.is_boolean, "boolean"), (t.is_int8, "smallint"), (t.is_int16, "smallint"),
+        (t.is_uint8, "smallint"), (t.is_int32, "integer"), (t.is_uint16, "integer"),
+        (t.is_int64, "bigint"), (t.is_uint32, "bigint"), (t.is_uint64, "numeric(20)"),
+        (t.is_float16, "real"), (t.is_float32, "real"), (t.is_float64, "double precision"),
+        (t.is_string, "text"), (t.is_large_string, "text"), (t.is_binary, "bytea"),
+        (t.is_large_binary, "bytea"), (t.is_date, "date"), (t.is_time, "time"),
+    ]
+    for test, name in simple:
+        if test(kind):
+            return name
+    if t.is_timestamp(kind):
+        return "timestamptz" if kind.tz else "timestamp"
+    if t.is_decimal(kind):
+        return f"numeric({kind.precision},{kind.scale})"
+    raise UnsupportedType(f"column {field.name!r}: no PostgreSQL type for Arrow type {kind}")
+
+
+def table_identifier(table: str) -> sql.Identifier:
+    return sql.Identifier(*table.split("."))
+
+
+class PostgresConnection:
+    """One connection, opened on first use; closed after any error (it may be
+    broken), so the next use reconnects."""
+
+    def __init__(self, conninfo: str, application_name: str) -> None:
+        self._conninfo = conninfo
+        self._application_name = application_name
+        self._conn: psycopg.Connection | None = None
+
+    def get(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self._conninfo, autocommit=True,
+                                         application_name=self._application_name, **_CONNECT_OPTIONS)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _rows_of(batches: Sequence[StagedBatch]):
+    """The batches' rows as one Arrow table (None if there are none)."""
+    import pyarrow as pa
+
+    tables = [table for table in (batch.read() for batch in batches) if table is not None]
+    return pa.concat_tables(tables) if tables else None
+
+
+def _create_table(conn: psycopg.Connection, table: str, rows, *, extra: sql.Composable = sql.SQL("")) -> None:
+    """CREATE TABLE IF NOT EXISTS, serialised by an advisory lock: two workers
+    creating one table at once would otherwise race in the catalog."""
+    columns = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(column_type(f))) for f in rows.schema)
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (table,))
+    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}{})").format(table_identifier(table), columns, extra))
+
+
+def _copy(conn: psycopg.Connection, into: sql.Composable, rows, constants: Sequence[tuple[str, object]] = ()) -> None:
+    names = [f.name for f in rows.schema] + [name for name, _ in constants]
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(into, sql.SQL(", ").join(map(sql.Identifier, names)))
+    values = [value for _, value in constants]
+    with conn.cursor().copy(statement) as copy:
+        for row in zip(*(column.to_pylist() for column in rows.columns)):
+            copy.write_row((*row, *values))
+
+
+class PostgresTransactionalTarget:
+    def __init__(self, conninfo: str, table: str, *, sink: str, worker_id: str, complete: bool) -> None:
+        self.table = table
+        self.sink = sink
+        self.worker_id = worker_id
+        self.complete = complete
+        self.description = f"PostgreSQL table {table} (transactional)"
+        self._connection = PostgresConnection(conninfo, f"sparkpoint-{worker_id}")
+        self._mark: Mark | None = None      # as last read or written
+
+    def resume(self) -> Mark | None:
+        """Read (sink, worker)'s record, creating the progress table and the
+        record (batch -1: nothing published) if missing."""
+        try:
+            conn = self._connection.get()
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PROGRESS_TABLE,))
+                conn.execute(sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (sink text NOT NULL, worker text NOT NULL, "
+                    "checkpoint_id bigint NOT NULL, batch_id bigint NOT NULL, published_at timestamptz, "
+                    "PRIMARY KEY (sink, worker))").format(sql.Identifier(PROGRESS_TABLE)))
+                conn.execute(sql.SQL("INSERT INTO {} (sink, worker, checkpoint_id, batch_id) VALUES (%s, %s, 0, -1) "
+                                     "ON CONFLICT DO NOTHING").format(sql.Identifier(PROGRESS_TABLE)),
+                             (self.sink, self.worker_id))
+                self._mark = self._read_mark(conn)
+        except BaseException:
+            self._connection.close()
+            raise
+        return self._mark
+
+    def _read_mark(self, conn: psycopg.Connection, *, lock: bool = False) -> Mark | None:
+        query = sql.SQL("SELECT checkpoint_id, batch_id FROM {} WHERE sink = %s AND worker = %s{}").format(
+            sql.Identifier(PROGRESS_TABLE), sql.SQL(" FOR UPDATE") if lock else sql.SQL(""))
+        checkpoint_id, batch_id = conn.execute(query, (self.sink, self.worker_id)).fetchone()
+        return Mark(checkpoint_id, batch_id) if batch_id >= 0 else None
+
+    def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
+        """One transaction. Steps:
+        1. Lock (sink, worker)'s record; if it is not the mark this publish was
+           planned from, roll back: another attempt committed.
+        2. Create the table if missing (complete mode: with a worker column).
+        3. Complete mode: delete this worker's rows (the new table replaces them).
+        4. COPY the staged rows.
+        5. Record the mark.
+        6. COMMIT: the commit point.
+        """
+        rows = _rows_of(batches)
+        moved = False
+        try:
+            conn = self._connection.get()
+            with conn.transaction():
+                # 1.
+                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+                if self._read_mark(conn, lock=True) != self._mark:
+                    moved = True
+                    raise psycopg.Rollback()
+                if rows is not None:
+                    # 2.
+                    extra = sql.SQL(", {} text NOT NULL").format(sql.Identifier(WORKER_COLUMN)) \
+                        if self.complete else sql.SQL("")
+                    _create_table(conn, self.table, rows, extra=extra)
+                    # 3.
+                    if self.complete:
+                        conn.execute(sql.SQL("DELETE FROM {} WHERE {} = %s").format(
+                            table_identifier(self.table), sql.Identifier(WORKER_COLUMN)), (self.worker_id,))
+                    # 4.
+                    constants = [(WORKER_COLUMN, self.worker_id)] if self.complete else []
+                    _copy(conn, table_identifier(self.table), rows, constants)
+                # 5.
+                conn.execute(sql.SQL("UPDATE {} SET checkpoint_id = %s, batch_id = %s, published_at = now() "
+                                     "WHERE sink = %s AND worker = %s").format(sql.Identifier(PROGRESS_TABLE)),
+                             (mark.checkpoint_id, mark.batch_id, self.sink, self.worker_id))
+            # 6. (leaving the block commits; a rolled-back step 1 lands here too)
+        except BaseException:
+            self._connection.close()
+            raise
+        if moved:
+            return Outcome.MARK_MOVED
+        self._mark = mark
+        return Outcome.PUBLISHED
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+class PostgresUpsertTarget:
+    """Keeps no mark: publishing a batch again changes nothing."""
+
+    def __init__(self, conninfo: str, table: str, *, key: Sequence[str], version: str, worker_id: str) -> None:
+        self.table = table
+        self.key = list(key)
+        self.version = version
+        self.description = f"PostgreSQL table {table} (upsert on {', '.join(self.key)}, version {version})"
+        self._connection = PostgresConnection(conninfo, f"sparkpoint-{worker_id}")
+
+    def resume(self) -> Mark | None:
+        return None
+
+    def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
+        """One transaction. Steps:
+        1. Create the table if missing, the key as its primary key.
+        2. COPY the rows into a temporary table.
+        3. Upsert the newest version of each key; a row whose stored version
+           is not older stays as it is.
+        """
+        rows = _rows_of(batches)
+        if rows is None:
+            return Outcome.PUBLISHED
+        names = [f.name for f in rows.schema]
+        missing = [c for c in [*self.key, self.version] if c not in names]
+        if missing:
+            raise ValueError(f"table {self.table}: the rows have no column {', '.join(map(repr, missing))} "
+                             f"(they have {', '.join(names)})")
+        target, staged = table_identifier(self.table), sql.Identifier("sparkpoint_upsert")
+        key = sql.SQL(", ").join(map(sql.Identifier, self.key))
+        columns = sql.SQL(", ").join(map(sql.Identifier, names))
+        updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
+                                     for n in names if n not in self.key)
+        try:
+            conn = self._connection.get()
+            with conn.transaction():
+                # 1.
+                _create_table(conn, self.table, rows, extra=sql.SQL(", PRIMARY KEY ({})").format(key))
+                # 2.
+                conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP").format(staged, target))
+                _copy(conn, staged, rows)
+                # 3.
+                conn.execute(sql.SQL(
+                    "INSERT INTO {target} AS stored ({columns}) SELECT DISTINCT ON ({key}) {columns} FROM {staged} "
+                    "ORDER BY {key}, {version} DESC "
+                    "ON CONFLICT ({key}) DO UPDATE SET {updates} WHERE stored.{version} < EXCLUDED.{version}"
+                ).format(target=target, columns=columns, key=key, staged=staged, updates=updates,
+                         version=sql.Identifier(self.version)))
+        except BaseException:
+            self._connection.close()
+            raise
+        return Outcome.PUBLISHED
+
+    def close(self) -> None:
+        self._connection.close()

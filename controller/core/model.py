@@ -85,6 +85,27 @@ class QueryProgress:
     error: str = ""
 
 
+class SinkState(str, enum.Enum):
+    OK = "ok"
+    WAITING = "waiting"     # its target fails; the worker retries with backoff, staging meanwhile
+
+
+@dataclass(frozen=True)
+class SinkProgress:
+    """One sink's publishing on one worker."""
+
+    name: str
+    target: str = ""
+    contract: str = ""
+    state: SinkState = SinkState.OK
+    error: str = ""
+    waiting_since: float = 0.0      # worker's clock, seconds since the epoch
+    next_retry_at: float = 0.0
+    published_checkpoint_id: int = 0
+    published_batch_id: int = -1
+    pending_batches: int = 0
+
+
 @dataclass(frozen=True)
 class ProgressReport:
     worker_id: str
@@ -95,6 +116,7 @@ class ProgressReport:
     dropped_checkpoints: int = 0
     restored_checkpoint_id: int = 0
     recovery: Recovery = Recovery()
+    sinks: tuple[SinkProgress, ...] = ()
 
 
 @dataclass(frozen=True)

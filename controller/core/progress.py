@@ -14,6 +14,8 @@ from controller.core.model import (
     Recovery,
     Registration,
     ReportStatus,
+    SinkProgress,
+    SinkState,
     WorkerState,
 )
 
@@ -36,6 +38,7 @@ class WorkerRecord:
     restored_checkpoint_id: int = 0
     recovery: Recovery = Recovery()
     registrations: int = 1
+    sinks: tuple[SinkProgress, ...] = ()
 
     @property
     def last_checkpoint_id(self) -> int:
@@ -66,6 +69,7 @@ class ProgressTable:
             registered_at=now,
             last_heartbeat=now,
             queries=previous.queries if previous else (),
+            sinks=previous.sinks if previous else (),
             last_checkpoint=newest(previous.last_checkpoint if previous else None, reported),
             checkpoints_completed=previous.checkpoints_completed if previous else 0,
             registrations=previous.registrations + 1 if previous else 1,
@@ -89,6 +93,7 @@ class ProgressTable:
             dropped_checkpoints=report.dropped_checkpoints,
             restored_checkpoint_id=report.restored_checkpoint_id,
             recovery=report.recovery,
+            sinks=report.sinks,
             last_heartbeat=now,
         )
         return ReportStatus.ACCEPTED
@@ -122,12 +127,14 @@ class ProgressTable:
             checkpoint = item.get("last_checkpoint")
             table.workers[item["worker_id"]] = WorkerRecord(
                 **{k: v for k, v in item.items()
-                   if k not in ("state", "queries", "last_checkpoint", "recovery")},
+                   if k not in ("state", "queries", "last_checkpoint", "recovery", "sinks")},
                 state=WorkerState(item["state"]),
                 queries=tuple(QueryProgress(**q) for q in item.get("queries", [])),
                 last_checkpoint=None if checkpoint is None else CheckpointInfo(
                     **{k: v for k, v in checkpoint.items() if k != "queries"},
                     queries=tuple(QueryCut(**q) for q in checkpoint.get("queries", []))),
                 recovery=Recovery(**item.get("recovery", {})),
+                sinks=tuple(SinkProgress(**{**sink, "state": SinkState(sink["state"])})
+                            for sink in item.get("sinks", [])),
             )
         return table

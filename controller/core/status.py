@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.core.model import CheckpointInfo, QueryProgress, WorkerState
+from controller.core.model import CheckpointInfo, QueryProgress, SinkProgress, SinkState, WorkerState
 from controller.core.progress import WorkerRecord
 
 
@@ -30,6 +30,20 @@ class RecoveryView:
 
 
 @dataclass(frozen=True)
+class SinkView:
+    name: str
+    target: str
+    contract: str
+    state: SinkState
+    error: str
+    waiting_s: float            # how long it has been waiting
+    next_retry_in_s: float
+    published_checkpoint_id: int
+    published_batch_id: int
+    pending_batches: int
+
+
+@dataclass(frozen=True)
 class WorkerStatus:
     worker_id: str
     worker_index: int
@@ -47,6 +61,7 @@ class WorkerStatus:
     recovery: RecoveryView
     registrations: int
     queries: list[QueryProgress] = field(default_factory=list)
+    sinks: list[SinkView] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,22 @@ def recovery_view(record: WorkerRecord) -> RecoveryView:
                         recovery.replayed_bytes, round(min(100.0, pct), 1))
 
 
+def sink_view(sink: SinkProgress, now: float) -> SinkView:
+    waiting = sink.state is SinkState.WAITING
+    return SinkView(
+        name=sink.name,
+        target=sink.target,
+        contract=sink.contract,
+        state=sink.state,
+        error=sink.error,
+        waiting_s=round(max(0.0, now - sink.waiting_since), 3) if waiting else 0.0,
+        next_retry_in_s=round(max(0.0, sink.next_retry_at - now), 3) if waiting else 0.0,
+        published_checkpoint_id=sink.published_checkpoint_id,
+        published_batch_id=sink.published_batch_id,
+        pending_batches=sink.pending_batches,
+    )
+
+
 def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
     queries = list(record.queries)
     return WorkerStatus(
@@ -116,6 +147,7 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         recovery=recovery_view(record),
         registrations=record.registrations,
         queries=queries,
+        sinks=[sink_view(sink, now) for sink in record.sinks],
     )
 
 

@@ -21,6 +21,8 @@ from controller.core.model import (
     Recovery,
     Registration,
     ReportStatus,
+    SinkProgress,
+    SinkState,
     WorkerState,
 )
 from controller.core.service import ControllerService
@@ -34,6 +36,7 @@ _STATE_FROM_PB = {
     pb.WORKER_STATE_FAILED: WorkerState.FAILED,
     pb.WORKER_STATE_FINISHED: WorkerState.FINISHED,
 }
+_SINK_STATE_FROM_PB = {pb.SINK_STATE_OK: SinkState.OK, pb.SINK_STATE_WAITING: SinkState.WAITING}
 _REPORT_STATUS_TO_PB = {
     ReportStatus.ACCEPTED: pb.REPORT_STATUS_ACCEPTED,
     ReportStatus.DUPLICATE: pb.REPORT_STATUS_DUPLICATE,
@@ -117,6 +120,11 @@ class ControllerServicer(pb_grpc.ControllerServicer):
             dropped_checkpoints=request.dropped_checkpoints,
             restored_checkpoint_id=request.restored_checkpoint_id,
             recovery=Recovery(request.recovery.active, request.recovery.target_bytes, request.recovery.replayed_bytes),
+            sinks=tuple(
+                SinkProgress(s.name, s.target, s.contract, _SINK_STATE_FROM_PB.get(s.state, SinkState.OK), s.error,
+                             s.waiting_since, s.next_retry_at, s.published_checkpoint_id, s.published_batch_id,
+                             s.pending_batches)
+                for s in request.sinks),
         ))
         return pb.ProgressAck(
             status=_REPORT_STATUS_TO_PB[outcome.status],

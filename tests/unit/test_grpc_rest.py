@@ -3,6 +3,7 @@ client against it, and the REST app through FastAPI's TestClient."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 
@@ -13,7 +14,9 @@ from fastapi.testclient import TestClient
 from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
 from proto.sparkpoint.v1 import controller_pb2 as pb
+from tests.unit.fakes import new_service
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
+from worker.publishing.publisher import SinkStatus
 from worker.runtime.progress import QueryStatus
 
 
@@ -163,6 +166,32 @@ def test_status_after_grpc_registration_and_report(make_client, rest, clock):
 
     one = rest.get("/workers/w0")
     assert one.status_code == 200 and one.json()["batch_id"] == 4
+
+
+def test_sinks_publishing_and_waiting_reach_status(make_client, rest, clock, service):
+    client = make_client("w0", 0)
+    client.register_once()
+    sinks = [
+        SinkStatus("events_pg", "PostgreSQL table events (transactional)", "transactional", waiting=True,
+                   error="OperationalError: connection refused", waiting_since=clock.now - 20,
+                   next_retry_at=clock.now + 4, published_checkpoint_id=7, published_batch_id=31, pending_batches=5),
+        SinkStatus("vwap_pg", "PostgreSQL table vwap (upsert on sym, version trades)", "upsert", waiting=False,
+                   error="", waiting_since=0.0, next_retry_at=0.0, published_checkpoint_id=0, published_batch_id=40,
+                   pending_batches=0),
+    ]
+    client.report(1, pb.WORKER_STATE_RUNNING, [], sinks=sinks)
+    clock.now += 1
+    [worker] = rest.get("/status").json()["workers"]
+    waiting, ok = worker["sinks"]
+    assert waiting == {"name": "events_pg", "target": "PostgreSQL table events (transactional)",
+                       "contract": "transactional", "state": "waiting", "error": "OperationalError: connection refused",
+                       "waiting_s": 21.0, "next_retry_in_s": 3.0, "published_checkpoint_id": 7,
+                       "published_batch_id": 31, "pending_batches": 5}
+    assert (ok["state"], ok["waiting_s"], ok["next_retry_in_s"], ok["published_batch_id"]) == ("ok", 0.0, 0.0, 40)
+    # The controller's own checkpoint keeps them.
+    restarted = new_service(clock)
+    restarted.load_snapshot(json.loads(json.dumps(service.snapshot())))
+    assert restarted.worker("w0").sinks == service.worker("w0").sinks
 
 
 def test_unknown_worker_is_404_json(rest):

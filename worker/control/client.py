@@ -13,6 +13,7 @@ from proto.sparkpoint.v1 import controller_pb2 as pb
 from proto.sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 from worker.control.backoff import Backoff
 from worker.checkpointing.manifest import Manifest
+from worker.publishing.publisher import SinkStatus
 from worker.runtime.progress import QueryStatus
 
 log = logging.getLogger("sparkpoint.worker.control")
@@ -56,6 +57,16 @@ def checkpoint_ref(manifest: Manifest) -> pb.CheckpointRef:
         duration_ms=manifest.duration_ms,
         created_at=manifest.created_at,
         bytes_copied=manifest.bytes_copied,
+    )
+
+
+def sink_progress(status: SinkStatus) -> pb.SinkProgress:
+    return pb.SinkProgress(
+        name=status.name, target=status.target, contract=status.contract,
+        state=pb.SINK_STATE_WAITING if status.waiting else pb.SINK_STATE_OK, error=status.error,
+        waiting_since=status.waiting_since, next_retry_at=status.next_retry_at,
+        published_checkpoint_id=status.published_checkpoint_id, published_batch_id=status.published_batch_id,
+        pending_batches=status.pending_batches,
     )
 
 
@@ -119,7 +130,8 @@ class ControllerClient:
         return None
 
     def report(self, seq: int, state: int, queries: list[QueryStatus], *, dropped_checkpoints: int = 0,
-               restored_checkpoint_id: int = 0, recovery: pb.Recovery | None = None) -> int:
+               restored_checkpoint_id: int = 0, recovery: pb.Recovery | None = None,
+               sinks: list[SinkStatus] = ()) -> int:
         """Send one progress report; returns the controller's ReportStatus."""
         ack = self._stub.ReportProgress(pb.ProgressReport(
             worker_id=self._identity.worker_id,
@@ -132,6 +144,7 @@ class ControllerClient:
             dropped_checkpoints=dropped_checkpoints,
             restored_checkpoint_id=restored_checkpoint_id,
             recovery=recovery,
+            sinks=[sink_progress(s) for s in sinks],
         ), timeout=self._timeout_s)
         return ack.status
 

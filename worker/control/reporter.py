@@ -17,6 +17,7 @@ import grpc
 from proto.sparkpoint.v1 import controller_pb2 as pb
 from worker.control.backoff import Backoff
 from worker.control.client import ControllerClient, RegistrationRefused
+from worker.publishing.publisher import SinkStatus
 from worker.runtime.progress import QueryStatus
 
 log = logging.getLogger("sparkpoint.worker.reporter")
@@ -29,6 +30,7 @@ class WorkerSnapshot:
     dropped_checkpoints: int = 0
     restored_checkpoint_id: int = 0
     recovery: pb.Recovery | None = None
+    sinks: list[SinkStatus] = field(default_factory=list)
 
 
 class Reporter:
@@ -51,7 +53,8 @@ class Reporter:
         snap = self._snapshot()
         status = self._client.report(self._seq, snap.state, snap.queries,
                                      dropped_checkpoints=snap.dropped_checkpoints,
-                                     restored_checkpoint_id=snap.restored_checkpoint_id, recovery=snap.recovery)
+                                     restored_checkpoint_id=snap.restored_checkpoint_id, recovery=snap.recovery,
+                                     sinks=snap.sinks)
         if status == pb.REPORT_STATUS_UNKNOWN_WORKER:
             # A restarted controller: register again, keep running what runs.
             registered = self._client.register_once()

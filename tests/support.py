@@ -37,6 +37,19 @@ def get_json(url: str) -> dict:
         return {"http_status": error.code, **json.load(error)}
 
 
+def all_published(status: dict) -> bool:
+    """Every worker's every staged sink has published its query's latest
+    batch, and there is one (transactional sinks publish one checkpoint
+    interval after it)."""
+    workers = status.get("workers", [])
+    for worker in workers:
+        batches = {q["name"]: q["batch_id"] for q in worker["queries"]}
+        if not worker["sinks"] or any(s["published_batch_id"] < 0 or s["pending_batches"] or
+                                      s["published_batch_id"] != batches.get(s["name"]) for s in worker["sinks"]):
+            return False
+    return bool(workers)
+
+
 def expected_vwap(events: list[dict]) -> dict[str, dict[str, float]]:
     """The per-symbol aggregates, computed in one batch over the whole input."""
     result: dict[str, dict[str, float]] = {}

@@ -1,17 +1,22 @@
 """Worker entry point: ``python -m worker``.
 
 Steps:
-1. Read settings and load the pipeline file (errors name the variable or file).
+1. Read settings and load the pipeline file; check every sink can keep its
+   contract as configured (errors name the variable or file).
 2. Fence the checkpoint directory: one live worker per directory; start the
    Spark session (its JVM is forked before any gRPC channel exists: gRPC's
    fork handlers can break the launch).
 3. Register with the controller (retrying while it is unreachable), reporting
    the durable checkpoints on the volume; learn what to restore.
-4. Restore that checkpoint (or an older intact one) into a fresh working directory.
-5. Start the pipeline's queries; Spark replays the source from the restored
+4. Read every sink's mark ("published up to", waiting while its target is
+   unreachable); restore the controller's checkpoint, or an older intact one,
+   never one older than a published mark, into a fresh working directory.
+5. Staging: keep the output staged up to the restored checkpoint (it counts
+   as complete: published at once), forget what was staged after it.
+6. Start the pipeline's queries; Spark replays the source from the restored
    offsets.
-6. Checkpoint and report progress in the background until a query stops or
-   SIGTERM arrives.
+7. Checkpoint, publish and report progress in the background until a query
+   stops or SIGTERM arrives.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import shutil
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +47,9 @@ from worker.control.backoff import Backoff
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
 from worker.control.reporter import Reporter, WorkerSnapshot
 from worker.healthcheck import clear_health, write_health
+from worker.publishing.book import restore_floor
+from worker.publishing.publisher import Publisher
+from worker.publishing.sinks import check_sinks, publications
 from worker.runtime.progress import ProgressTracker, QueryStatus, summarize_error
 from worker.runtime.queries import source_logs
 from worker.runtime.recovery import RecoveryTracker
@@ -49,6 +58,7 @@ from worker.sources.log_source import owned_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("sparkpoint.worker")
 PROGRAM = "sparkpoint-worker"
@@ -110,6 +120,35 @@ def recovery_tracker(pipeline: Pipeline, settings: WorkerSettings, restored: Man
     return RecoveryTracker(start, target if restored is not None else start)
 
 
+@dataclass
+class LiveRun:
+    """What the reporter sees of this run, filled in as it starts."""
+
+    expected_queries: int
+    tracker: ProgressTracker = field(default_factory=ProgressTracker)
+    queries: list[StreamingQuery] = field(default_factory=list)
+    restored: Manifest | None = None
+    recovery: RecoveryTracker | None = None
+    runner: CheckpointRunner | None = None
+
+
+def snapshot(live: LiveRun, publisher: Publisher, settings: WorkerSettings) -> WorkerSnapshot:
+    statuses = live.tracker.snapshot()
+    progress = live.recovery.progress(statuses) if live.recovery else None
+    state = worker_state(statuses, live.expected_queries, progress.active if progress else False)
+    write_health(settings.work_dir, registered=True, queries_alive=all(q.isActive for q in live.queries),
+                 state=pb.WorkerState.Name(state))
+    return WorkerSnapshot(
+        state=state,
+        queries=statuses,
+        dropped_checkpoints=live.runner.stats().dropped if live.runner else 0,
+        restored_checkpoint_id=live.restored.checkpoint_id if live.restored else 0,
+        recovery=pb.Recovery(active=progress.active, target_bytes=progress.target_bytes,
+                             replayed_bytes=progress.replayed_bytes) if progress else pb.Recovery(),
+        sinks=publisher.statuses(),
+    )
+
+
 def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> int:
     checkpoints_on = settings.checkpoint_freq_ms > 0
     clear_health(settings.work_dir)
@@ -139,7 +178,7 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
 
 def serve(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event, store: CheckpointStore,
           spark: SparkSession) -> int:
-    """Steps 3-6, with the checkpoint directory fenced and Spark started."""
+    """Steps 3-7, with the checkpoint directory fenced and Spark started."""
     from worker.runtime.progress import SparkProgressListener
     from worker.runtime.queries import start_queries
 
@@ -159,68 +198,73 @@ def serve(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event, s
              registered.worker_count, registered.restore_checkpoint_id or "nothing")
     if not wait_for_logs(pipeline, settings, stop):
         return 0
-    # 4.
     run_dir = fresh_run_dir(settings)
     query_root = run_dir / "queries"
-    try:
-        outcome = restore(store, registered.restore_checkpoint_id if checkpoints_on else None, query_root)
-    except RestoreRefused as error:
-        exit_with_error(PROGRAM, error)
-    restored = outcome.manifest
-    if restored is not None:
-        log.info("restored checkpoint %d (batches %s)", restored.checkpoint_id,
-                 {q.name: q.batch_id for q in restored.queries})
-    recovery = recovery_tracker(pipeline, settings, restored)
-    # 5.
-    tracker = ProgressTracker()
-    spark.streams.addListener(SparkProgressListener(tracker, {}))
-    queries = start_queries(spark, pipeline, settings, query_root)
-    log.info("running %d queries: %s", len(queries), ", ".join(q.name for q in queries))
-    # 6.
-    runner = None
-    if checkpoints_on:
-        notifier = CompletionNotifier()
-        writer = CheckpointWriter(store, query_root, settings.worker_id, identity.node_names,
-                                  identity.pipeline_fingerprint,
-                                  faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
-        scheduler = CheckpointScheduler(settings.checkpoint_freq_ms, monotonic_ms(),
-                                        last_id=max(store.highest_id_ever(), registered.last_checkpoint_id))
-        runner = CheckpointRunner(writer, store, scheduler, CheckpointCommitter(client.commit_checkpoint, notifier),
-                                  retain=settings.checkpoint_retain, clock_ms=monotonic_ms)
-        runner.start()
-
-    def snapshot() -> WorkerSnapshot:
-        statuses = tracker.snapshot()
-        progress = recovery.progress(statuses)
-        state = worker_state(statuses, len(queries), progress.active)
-        write_health(settings.work_dir, registered=True, queries_alive=all(q.isActive for q in queries),
-                     state=pb.WorkerState.Name(state))
-        return WorkerSnapshot(
-            state=state,
-            queries=statuses,
-            dropped_checkpoints=runner.stats().dropped if runner else 0,
-            restored_checkpoint_id=restored.checkpoint_id if restored else 0,
-            recovery=pb.Recovery(active=progress.active, target_bytes=progress.target_bytes,
-                                 replayed_bytes=progress.replayed_bytes),
-        )
-
-    reporter = Reporter(client, snapshot, settings.report_interval_ms / 1000)
+    publisher = Publisher(publications(pipeline, settings, run_dir.name))
+    live = LiveRun(expected_queries=len(pipeline.branches))
+    reporter = Reporter(client, lambda: snapshot(live, publisher, settings), settings.report_interval_ms / 1000)
     reporter.start()
-    failed = None
-    while not stop.is_set():
-        failed = next((q for q in queries if not q.isActive), None)
-        if failed is not None:
-            break
-        stop.wait(0.5)
-    error = failed.exception() if failed is not None else None
-    if runner is not None:
-        runner.stop()
-    for query in queries:
-        query.stop()
-    if error is not None:
-        tracker.on_terminated(failed.name, str(error))
-    reporter.stop()
-    client.close()
+    try:
+        # 4.
+        if not publisher.resume_all(stop):
+            return 0
+        floor = restore_floor(publisher.marks())
+        try:
+            outcome = restore(store, registered.restore_checkpoint_id if checkpoints_on else None, query_root,
+                              floor=floor)
+        except RestoreRefused as error:
+            exit_with_error(PROGRAM, error)
+        live.restored = restored = outcome.manifest
+        if restored is not None:
+            log.info("restored checkpoint %d (batches %s)", restored.checkpoint_id,
+                     {q.name: q.batch_id for q in restored.queries})
+        live.recovery = recovery_tracker(pipeline, settings, restored)
+        # 5.
+        batches = {q.name: q.batch_id for q in restored.queries} if restored else {}
+        for publication in publisher.publications:
+            kept = publication.staging.recover(keep_through=batches.get(publication.name))
+            if kept:
+                log.info("sink %s: %d staged batch(es) up to the restored checkpoint kept for publishing",
+                         publication.name, kept)
+        if restored is not None:
+            publisher.restored(restored)
+        publisher.start()
+        # 6.
+        spark.streams.addListener(SparkProgressListener(live.tracker, {}, on_batch=publisher.wake))
+        live.queries = start_queries(spark, pipeline, settings, query_root,
+                                     {p.name: p.staging.run_dir for p in publisher.publications})
+        log.info("running %d queries: %s", len(live.queries), ", ".join(q.name for q in live.queries))
+        # 7.
+        if checkpoints_on:
+            notifier = CompletionNotifier()
+            notifier.subscribe(publisher.completed)
+            writer = CheckpointWriter(store, query_root, settings.worker_id, identity.node_names,
+                                      identity.pipeline_fingerprint,
+                                      faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
+            scheduler = CheckpointScheduler(settings.checkpoint_freq_ms, monotonic_ms(),
+                                            last_id=max(store.highest_id_ever(), registered.last_checkpoint_id))
+            live.runner = CheckpointRunner(writer, store, scheduler,
+                                           CheckpointCommitter(client.commit_checkpoint, notifier),
+                                           retain=settings.checkpoint_retain, clock_ms=monotonic_ms,
+                                           on_durable=publisher.durable)
+            live.runner.start()
+        failed = None
+        while not stop.is_set():
+            failed = next((q for q in live.queries if not q.isActive), None)
+            if failed is not None:
+                break
+            stop.wait(0.5)
+        error = failed.exception() if failed is not None else None
+        if live.runner is not None:
+            live.runner.stop()
+        for query in live.queries:
+            query.stop()
+        if error is not None:
+            live.tracker.on_terminated(failed.name, str(error))
+    finally:
+        publisher.stop()
+        reporter.stop()
+        client.close()
     if error is not None:
         log.error("query %s failed: %s", failed.name, summarize_error(str(error)))
         return 1
@@ -234,6 +278,7 @@ def main() -> None:
     try:
         settings = WorkerSettings.from_env(os.environ)
         pipeline = load_pipeline(settings.pipeline)
+        check_sinks(pipeline, settings)
     except (SettingsError, PipelineError) as error:
         exit_with_error(PROGRAM, error)
     stop = threading.Event()

@@ -6,7 +6,38 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
 from sparkpoint.env import Env, SettingsError
+
+_PG_PARTS = ("SP_PG_HOST", "SP_PG_PORT", "SP_PG_DATABASE", "SP_PG_USER", "SP_PG_PASSWORD")
+
+
+def postgres_conninfo(env: Env) -> str | None:
+    """PostgreSQL connection settings: one ``SP_PG_DSN`` (a libpq connection
+    string or URI), or ``SP_PG_HOST`` with optional port, database, user and
+    password; None if neither is set."""
+    dsn = env.string("SP_PG_DSN", "")
+    given = [name for name in _PG_PARTS if env.string(name, "")]
+    if dsn and given:
+        raise SettingsError("SP_PG_DSN", f"set either SP_PG_DSN or {', '.join(given)}, not both")
+    if dsn:
+        try:
+            conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as error:
+            raise SettingsError("SP_PG_DSN", f"not a valid PostgreSQL connection string "
+                                             f"({str(error).strip()})") from None
+        return dsn
+    if not given:
+        return None
+    return make_conninfo(
+        host=env.string("SP_PG_HOST"),
+        port=env.port("SP_PG_PORT", 5432),
+        dbname=env.string("SP_PG_DATABASE", "sparkpoint"),
+        user=env.string("SP_PG_USER", "sparkpoint"),
+        **({"password": password} if (password := env.string("SP_PG_PASSWORD", "")) else {}),
+    )
 
 
 @dataclass(frozen=True)
@@ -27,6 +58,7 @@ class WorkerSettings:
     checkpoint_dir: Path
     checkpoint_freq_ms: int         # 0 = checkpoints disabled
     checkpoint_retain: int
+    postgres: str | None            # libpq connection string for PostgreSQL sinks; None: not configured
     test_fault: str                 # a fault sentinel point, for recovery tests only
 
     @classmethod
@@ -56,5 +88,6 @@ class WorkerSettings:
             checkpoint_dir=env.path("SP_CHECKPOINT_DIR", f"var/checkpoints/{worker_id}"),
             checkpoint_freq_ms=env.integer("SP_CHECKPOINT_FREQ", 5000, minimum=0, unit="milliseconds"),
             checkpoint_retain=env.integer("SP_CHECKPOINT_RETAIN", 3, minimum=1),
+            postgres=postgres_conninfo(env),
             test_fault=environ.get("SP_TEST_FAULT", ""),
         )

@@ -15,9 +15,11 @@ def make_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
     and prints every service's log tail if the test failed."""
     stacks: list[LocalStack] = []
 
-    def build(workers: int = 2, **env: str) -> LocalStack:
+    def build(workers: int = 2, pipeline: Path | None = None, **env: str) -> LocalStack:
         config = StackConfig(root=tmp_path / f"stack{len(stacks)}", workers=workers, grpc_port=free_port(),
                              http_port=free_port(), env=env)
+        if pipeline is not None:
+            config.pipeline = pipeline
         stack = LocalStack(config)
         stacks.append(stack)
         return stack

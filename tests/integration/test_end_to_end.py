@@ -8,7 +8,7 @@ import pytest
 
 from sparkpoint.eventlog import EventLog, committed_end
 from sparkpoint.producer import write_trades
-from tests.support import expected_vwap, get_json, wait_until
+from tests.support import all_published, expected_vwap, get_json, wait_until
 from worker.sinks.files import read_published
 
 pytestmark = pytest.mark.integration
@@ -60,6 +60,15 @@ def test_two_workers_process_every_event_once(make_stack):
         assert worker["batch_id"] >= 0
         assert worker["heartbeat_age_s"] < 10
         
+    # The files sinks publish when a checkpoint completes: the last batches
+    # appear one checkpoint interval after they were processed.
+    wait_until(lambda: all_published(get_json(stack.config.status_url)), timeout_s=60,
+               what="every staged batch to be published")
+    for worker in get_json(stack.config.status_url)["workers"]:
+        assert {s["name"]: (s["state"], s["contract"]) for s in worker["sinks"]} == \
+            {"enriched_out": ("ok", "transactional"), "vwap_out": ("ok", "transactional")}
+        assert all(s["published_checkpoint_id"] > 0 for s in worker["sinks"])
+
     # Pass-through sink: every event id exactly once, enriched.
     enriched = read_published(stack.config.output_dir / "trades_enriched").to_pylist()
     ids = [row["id"] for row in enriched]

@@ -235,6 +235,12 @@ def test_restore_refuses_when_the_only_checkpoint_above_the_floor_is_corrupt(sto
     assert "000000000002.json" in str(raised.value)
 
 
+def test_restore_refuses_when_the_volume_holds_no_checkpoint_but_a_sink_published(store, tmp_path):
+    # A lost volume: replaying from the beginning would publish everything again.
+    with pytest.raises(RestoreRefused, match="restoring an older one \\(or none\\)"):
+        restore(store, None, tmp_path / "fresh", floor=4)
+
+
 def test_nothing_intact_and_no_floor_restores_nothing(store, two_checkpoints, tmp_path):
     for checkpoint_id in (1, 2):
         store.manifest_path(checkpoint_id).write_text('{"checkpoint_id": ')
@@ -319,10 +325,17 @@ class FakeController:
         self.attempts: list[int] = []
         self.committed: list[Manifest] = []
         self.completed: list[int] = []      # what the notifier delivered
+        self.durable: list[int] = []        # what the runner handed to on_durable (the publisher)
+        self.durable_at_commit: list[bool] = []
+
+    def on_durable(self, manifest: Manifest) -> None:
+        with self.cond:
+            self.durable.append(manifest.checkpoint_id)
 
     def commit(self, manifest: Manifest) -> int:
         with self.cond:
             self.attempts.append(manifest.checkpoint_id)
+            self.durable_at_commit.append(manifest.checkpoint_id in self.durable)
             self.cond.notify_all()
             if self.down:
                 raise ConnectionError("controller unreachable")
@@ -352,7 +365,7 @@ def runner_parts(writer, store, query_root):
     def start(retain: int = 3, take=writer) -> tuple[CheckpointRunner, ObservedScheduler]:
         scheduler = ObservedScheduler(FREQ_MS, clock.now, last_id=0)
         runner = CheckpointRunner(take, store, scheduler, CheckpointCommitter(controller.commit, notifier),
-                                  retain=retain, clock_ms=clock, tick_s=0.002)
+                                  retain=retain, clock_ms=clock, tick_s=0.002, on_durable=controller.on_durable)
         runner.start()
         started.append(runner)
         return runner, scheduler
@@ -377,6 +390,8 @@ def test_runner_writes_and_commits_a_checkpoint(runner_parts, store):
     assert store.checkpoint_ids() == [1]
     assert controller.committed == [store.load(1)]
     assert notifier.last_completed == 1
+    # The publisher learned the checkpoint's cut before its completion could arrive.
+    assert controller.durable == [1] and controller.durable_at_commit == [True]
     stats = runner.stats()
     assert (stats.last.checkpoint_id, stats.dropped, stats.failed) == (1, 0, 0)
 

@@ -10,8 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from psycopg.conninfo import conninfo_to_dict
+
 from controller.settings import ControllerSettings
 from sparkpoint.env import Env, SettingsError
+from worker import api as sp
+from worker.api.loader import load_pipeline
+from worker.publishing.sinks import check_sinks
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,6 +140,53 @@ def test_worker_max_records_zero_means_no_cap():
     assert WorkerSettings.from_env({"SP_MAX_RECORDS_PER_BATCH": "0"}).max_records_per_batch == 0
 
 
+def test_postgres_is_not_configured_by_default():
+    assert WorkerSettings.from_env({}).postgres is None
+
+
+def test_postgres_from_its_parts_with_defaults():
+    conninfo = conninfo_to_dict(WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_PG_PASSWORD": "s3cret"}).postgres)
+    assert conninfo == {"host": "db", "port": "5432", "dbname": "sparkpoint", "user": "sparkpoint",
+                        "password": "s3cret"}
+
+
+def test_postgres_from_a_dsn():
+    dsn = "postgresql://u@db:6543/events"
+    assert WorkerSettings.from_env({"SP_PG_DSN": dsn}).postgres == dsn
+
+
+@pytest.mark.parametrize("env, variable, needle", [
+    ({"SP_PG_DSN": "host=db", "SP_PG_HOST": "db"}, "SP_PG_DSN", "not both"),
+    ({"SP_PG_DSN": "nonsense"}, "SP_PG_DSN", "not a valid PostgreSQL connection string"),
+    ({"SP_PG_PORT": "5433"}, "SP_PG_HOST", "required"),
+    ({"SP_PG_HOST": "db", "SP_PG_PORT": "http"}, "SP_PG_PORT", "'http'"),
+])
+def test_postgres_bad_settings_name_the_variable(env, variable, needle):
+    assert needle in str(settings_error(lambda: WorkerSettings.from_env(env), variable))
+
+
+POSTGRES_PIPELINE = REPO / "pipelines" / "trades_postgres.py"
+
+
+def test_a_postgres_sink_needs_connection_settings():
+    settings = WorkerSettings.from_env({})
+    error = settings_error(lambda: check_sinks(load_pipeline(POSTGRES_PIPELINE), settings), "SP_PG_HOST")
+    assert "enriched_pg" in str(error)
+
+
+def test_a_transactional_postgres_sink_needs_checkpoints():
+    settings = WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_CHECKPOINT_FREQ": "0"})
+    error = settings_error(lambda: check_sinks(load_pipeline(POSTGRES_PIPELINE), settings), "SP_CHECKPOINT_FREQ")
+    assert "enriched_pg" in str(error) and "trades_enriched" in str(error)
+
+
+def test_files_and_upserts_run_with_checkpoints_off():
+    pipeline = sp.run(sp.read.from_log("t", schema="k string, n long")
+                      | sp.write.to_postgres("t", key="k", version="n", name="up"),
+                      sp.read.from_log("t", schema="k string, n long") | sp.write.to_files("out"))
+    check_sinks(pipeline, WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_CHECKPOINT_FREQ": "0"}))
+
+
 # --- ControllerSettings -------------------------------------------------------
 
 def test_controller_defaults():
@@ -177,6 +229,11 @@ def test_worker_cli_bad_integer():
 def test_controller_cli_bad_port():
     assert_one_line_error(run_module("controller", SP_CONTROLLER_HTTP_PORT="99999"),
                           "SP_CONTROLLER_HTTP_PORT", "99999")
+
+
+def test_worker_cli_refuses_a_transactional_postgres_sink_without_checkpoints():
+    assert_one_line_error(run_module("worker", SP_PIPELINE=str(POSTGRES_PIPELINE), SP_PG_HOST="db",
+                                     SP_CHECKPOINT_FREQ="0"), "SP_CHECKPOINT_FREQ", "enriched_pg")
 
 
 def test_worker_cli_missing_pipeline_file():

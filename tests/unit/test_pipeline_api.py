@@ -3,6 +3,7 @@ the pipeline file loader."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -257,3 +258,43 @@ def test_load_the_example_pipeline():
     inputs = {n["name"]: n["inputs"] for n in pipeline.describe()}
     assert inputs["vwap_state"] == ["trades"] and inputs["enrich"] == ["trades"]
     assert load_pipeline(REPO / "pipelines" / "trades.py").fingerprint() == pipeline.fingerprint()
+
+
+def test_a_pipeline_shares_functions_through_a_module_beside_it(tmp_path):
+    (tmp_path / "shared_for_test.py").write_text("def passthrough(df):\n    return df\n")
+    path = write(tmp_path, """\
+        from shared_for_test import passthrough
+        from worker import api as sp
+        sp.run(sp.read.from_log("a", schema="x int") | sp.map(passthrough, name="m") | sp.write.to_console())
+    """)
+    pipeline = load_pipeline(path)
+    assert pipeline.node("m").fn.__module__ == "shared_for_test"
+    assert str(tmp_path) not in sys.path           # only while the file runs
+
+
+def test_the_postgres_example_shares_the_trades_functions():
+    pipeline = load_pipeline(REPO / "pipelines" / "trades_postgres.py")
+    files = load_pipeline(REPO / "pipelines" / "trades.py")
+    assert pipeline.node("enrich").fn is files.node("enrich").fn
+    assert [b.sink.name for b in pipeline.branches] == ["enriched_pg", "enriched_out", "vwap_pg"]
+    assert pipeline.node("vwap_pg").params == {"table": "vwap", "key": ["sym"], "version": "trades"}
+    assert pipeline.node("enriched_pg").params == {"table": "trades_enriched"}
+
+
+# --- sinks -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: sp.write.to_postgres("Trades"), "lower-case"),
+    (lambda: sp.write.to_postgres("a.b.c"), "lower-case"),
+    (lambda: sp.write.to_postgres("t", key="sym"), "both key= and version="),
+    (lambda: sp.write.to_postgres("t", version="n"), "both key= and version="),
+    (lambda: sp.write.to_postgres("t", key=["sym", "n"], version="n"), "cannot be part of the key"),
+])
+def test_to_postgres_is_validated(call, needle):
+    with pytest.raises(sp.PipelineError, match=needle):
+        call()
+
+
+def test_to_postgres_accepts_a_schema_and_a_composite_key():
+    node = sp.write.to_postgres("analytics.vwap", key=["sym", "venue"], version="trades").node
+    assert node.params == {"table": "analytics.vwap", "key": ["sym", "venue"], "version": "trades"}

@@ -11,6 +11,7 @@ restarts and pipeline changes. Unnamed nodes get ``<kind>_<position>``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +19,8 @@ from worker.api.graph import Node, Operator, Pipeline, PipelineError, Stream
 from worker.api.loader import record_pipeline
 
 __all__ = ["read", "write", "map", "filter", "aggregate", "run", "Pipeline", "PipelineError"]
+
+TABLE_PATTERN = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
 
 class _Read:
@@ -39,15 +42,60 @@ class _Read:
 
 
 class _Write:
+    """Sinks. Each says which delivery contract it keeps."""
+
     @staticmethod
     def to_files(directory: str, *, name: str | None = None) -> Operator:
-        """Write JSON Lines files under ``SP_OUTPUT_DIR/<directory>``, one file per batch and task,
-        each published by an atomic rename when Spark commits the batch."""
+        """Write Parquet files under ``SP_OUTPUT_DIR/<directory>``, one per batch and task.
+
+        Contract: transactional, published on checkpoint completion. Each batch
+        is staged durably on the worker's volume; when a checkpoint covering it
+        completes (about one ``SP_CHECKPOINT_FREQ`` later) its files are placed
+        in the directory, then the worker's mark ``_published/<worker>.json`` is
+        written atomically. Readers (``worker.sinks.files.read_published``) see
+        each worker's files up to its mark: every row exactly once. With
+        ``SP_CHECKPOINT_FREQ=0`` batches are published as they come and a
+        restart replays the source from its beginning: at-least-once.
+        """
         return Operator(Node("sink.files", {"directory": directory}, name))
 
     @staticmethod
+    def to_postgres(table: str, *, key: str | list[str] | None = None, version: str | None = None,
+                    name: str | None = None) -> Operator:
+        """Write to the PostgreSQL table ``table`` (``schema.table`` allowed), created
+        if missing with columns from the rows; the connection comes from ``SP_PG_*``.
+
+        Without ``key``, contract: transactional, published on checkpoint
+        completion. Staged batches are written when a checkpoint covering them
+        completes, in one transaction that also records "published up to" in
+        ``sparkpoint_sink_progress``: every row exactly once. Needs checkpoints
+        (``SP_CHECKPOINT_FREQ`` > 0). An aggregating branch's table is replaced per
+        worker (the table gets a ``sparkpoint_worker`` column).
+
+        With ``key`` and ``version``, contract: idempotent upsert, low latency.
+        Each batch is written as soon as it is staged, with ``INSERT ... ON
+        CONFLICT (key) DO UPDATE`` only where the stored ``version`` is older.
+        ``version`` must increase with the input for each key (a running count
+        does), so a replay never moves a row backwards; each key must be owned by
+        one worker (partition the input by it). The key is the table's primary key.
+        """
+        if not TABLE_PATTERN.match(table):
+            raise PipelineError(f"to_postgres({table!r}): a table name is lower-case letters, digits and '_', "
+                                "optionally after a schema name and a dot")
+        keys = [key] if isinstance(key, str) else list(key or [])
+        if bool(keys) != bool(version):
+            raise PipelineError(f"to_postgres({table!r}): an upsert needs both key= and version=; "
+                                "give neither for a transactional table")
+        if version in keys:
+            raise PipelineError(f"to_postgres({table!r}): the version column {version!r} cannot be part of the key")
+        params: dict[str, Any] = {"table": table}
+        if keys:
+            params.update(key=keys, version=version)
+        return Operator(Node("sink.postgres", params, name))
+
+    @staticmethod
     def to_console(*, name: str | None = None) -> Operator:
-        """Print each batch (at-least-once: a replay prints again)."""
+        """Print each batch. Contract: at-least-once (a replay prints again)."""
         return Operator(Node("sink.console", {}, name))
 
 

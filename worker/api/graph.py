@@ -70,6 +70,12 @@ class Stream:
     def sink(self) -> Node:
         return self.nodes[-1]
 
+    @property
+    def complete(self) -> bool:
+        """Whether the branch aggregates: its query then runs in Spark's complete
+        mode, and every batch it writes is the whole result table."""
+        return any(node.is_stateful for node in self.nodes)
+
 
 def _code_digest(code: Any, digest: Any) -> None:
     """Feed a code object into ``digest``: bytecode, names, constants, and

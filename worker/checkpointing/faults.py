@@ -4,8 +4,10 @@
 Spark JVM) the ``n``-th time (default: first) it reaches ``<point>``; a
 sentinel file in the checkpoint directory records that it fired, so the
 restarted worker runs on. Points:
-``checkpoint.blobs_copied`` (files copied, manifest not yet written) and
-``checkpoint.manifest_written`` (durable, not yet committed to the controller).
+``checkpoint.blobs_copied`` (files copied, manifest not yet written),
+``checkpoint.manifest_written`` (durable, not yet committed to the controller)
+and ``publish.files_placed`` (a files sink placed a publish's files, its mark
+not yet written).
 """
 
 from __future__ import annotations

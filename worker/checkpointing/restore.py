@@ -47,10 +47,12 @@ def restore(store: CheckpointStore, chosen: int | None, query_root: Path, *, flo
         # 3.
         store.materialize(manifest, query_root)
         return RestoreOutcome(manifest, corrupt)
-    if chosen is not None and floor is not None:
+    if floor is not None:
+        # Also with nothing to restore (a lost volume): replaying the source
+        # from the beginning would publish everything again.
         raise RestoreRefused(
             f"no intact checkpoint at or after {floor} in {store.root}: a sink already published output "
-            f"up to checkpoint {floor}, and restoring an older one would publish it twice"
+            f"up to checkpoint {floor}, and restoring an older one (or none) would publish it twice"
             + (f" (corrupt: {'; '.join(corrupt)})" if corrupt else ""))
     if chosen is not None:
         log.warning("no intact checkpoint to restore: replaying the source from the beginning")

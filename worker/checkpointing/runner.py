@@ -4,7 +4,8 @@
   due, and hands a due one to the writer -- or counts it dropped if the writer
   is still busy with the previous one;
 - the *writer* takes the checkpoint, applies retention and garbage
-  collection, and hands the durable checkpoint to the committer;
+  collection, and hands the durable checkpoint to ``on_durable`` (the sinks'
+  publisher learns each query's batch in it) and to the committer;
 - the *committer* commits the newest durable checkpoint to the controller,
   retrying with backoff while it is unreachable; an older one still waiting
   is simply replaced (a newer checkpoint subsumes it). The controller's
@@ -89,7 +90,7 @@ class CheckpointCommitter:
 class CheckpointRunner:
     def __init__(self, writer: CheckpointWriter, store: CheckpointStore, scheduler: CheckpointScheduler,
                  committer: CheckpointCommitter, *, retain: int, clock_ms: Callable[[], float],
-                 tick_s: float = 0.05) -> None:
+                 tick_s: float = 0.05, on_durable: Callable[[Manifest], None] = lambda manifest: None) -> None:
         self._writer = writer
         self._store = store
         self._scheduler = scheduler
@@ -97,6 +98,7 @@ class CheckpointRunner:
         self._retain = retain
         self._clock_ms = clock_ms
         self._tick_s = tick_s
+        self._on_durable = on_durable
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._due: int | None = None
@@ -153,6 +155,8 @@ class CheckpointRunner:
                     self.last = manifest
                 log.info("checkpoint %d durable: %d bytes (%d copied) in %.0f ms", manifest.checkpoint_id,
                          manifest.size_bytes, manifest.bytes_copied, manifest.duration_ms)
+                # Before the commit: its completion may only arrive once the cut is known.
+                self._on_durable(manifest)
                 self._committer.offer(manifest)
 
     def _retire_old(self) -> None:

@@ -154,6 +154,11 @@ class Publisher:
         for publication in self.publications:
             if publication.health.due(self._clock()):
                 self._publish(publication)
+            else:
+                # Waiting: staging keeps growing, and status should show it.
+                staged = publication.staging.batches()
+                with self._lock:
+                    publication.pending = publication.book.pending(staged)
 
     def _resume(self, publication: Publication) -> bool:
         try:

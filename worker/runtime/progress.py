@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -91,11 +92,14 @@ class ProgressTracker:
 
 
 class SparkProgressListener(StreamingQueryListener):
-    """Forwards Spark's query events to a tracker (runs on Spark's listener thread)."""
+    """Forwards Spark's query events to a tracker (runs on Spark's listener
+    thread); ``on_batch`` is called after each (the publisher's wake-up)."""
 
-    def __init__(self, tracker: ProgressTracker, names_by_id: dict[str, str]) -> None:
+    def __init__(self, tracker: ProgressTracker, names_by_id: dict[str, str],
+                 on_batch: Callable[[], None] = lambda: None) -> None:
         self.tracker = tracker
         self.names_by_id = names_by_id
+        self.on_batch = on_batch
 
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's names
         if event.name:
@@ -104,6 +108,7 @@ class SparkProgressListener(StreamingQueryListener):
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
         self.tracker.on_progress(json.loads(event.progress.json))
+        self.on_batch()
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
         pass

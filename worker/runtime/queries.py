@@ -2,7 +2,8 @@
 
 Each query is named after its sink node and keeps Spark's working checkpoint
 under ``<query root>/<sink name>`` (the query root is a fresh directory under
-``SP_WORK_DIR`` for every worker run; see ``worker.main``).
+``SP_WORK_DIR`` for every worker run; see ``worker.main``). Every sink but the
+console writes to staging (``worker.sinks.staging``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 from worker.api.graph import Node, Pipeline, PipelineError, Stream
 from worker.settings import WorkerSettings
 from worker.sinks.console import FORMAT as CONSOLE_FORMAT
-from worker.sinks.files import FORMAT as FILES_FORMAT
+from worker.sinks.staging import FORMAT as STAGING_FORMAT
 from worker.sources.log_source import FORMAT as LOG_FORMAT
 
 
@@ -26,7 +27,7 @@ def source_logs(pipeline: Pipeline, settings: WorkerSettings) -> list[Path]:
 
 
 def output_mode(branch: Stream) -> str:
-    return "complete" if any(node.is_stateful for node in branch.nodes) else "append"
+    return "complete" if branch.complete else "append"
 
 
 def _apply(df: DataFrame, node: Node) -> DataFrame:
@@ -57,7 +58,8 @@ def _read(spark: SparkSession, node: Node, settings: WorkerSettings) -> DataFram
     )
 
 
-def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, query_root: Path) -> StreamingQuery:
+def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, query_root: Path,
+                 staging: dict[str, Path]) -> StreamingQuery:
     name = branch.sink.name
     source, *transforms, sink = branch.nodes
     df = _read(spark, source, settings)
@@ -69,8 +71,9 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
         .option("checkpointLocation", str(query_root / name))
         .trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     )
-    if sink.kind == "sink.files":
-        writer = writer.format(FILES_FORMAT).option("path", str(settings.output_dir / sink.params["directory"]))
+    if name in staging:
+        # Files and PostgreSQL sinks stage each batch; the publisher delivers it.
+        writer = writer.format(STAGING_FORMAT).option("path", str(staging[name]))
     elif sink.kind == "sink.console":
         writer = writer.format(CONSOLE_FORMAT)
     else:
@@ -79,5 +82,6 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
 
 
 def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings,
-                  query_root: Path) -> list[StreamingQuery]:
-    return [start_branch(spark, branch, settings, query_root) for branch in pipeline.branches]
+                  query_root: Path, staging: dict[str, Path]) -> list[StreamingQuery]:
+    """``staging``: each staged sink's staging directory for this run."""
+    return [start_branch(spark, branch, settings, query_root, staging) for branch in pipeline.branches]

@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 
 from worker.settings import WorkerSettings
 from worker.sinks.console import ConsoleDataSource
-from worker.sinks.files import FilesDataSource
+from worker.sinks.staging import StagingDataSource
 from worker.sources.log_source import EventLogDataSource
 
 
@@ -33,5 +33,5 @@ def start_session(settings: WorkerSettings) -> SparkSession:
 
 
 def register_data_sources(spark: SparkSession) -> None:
-    for source in (EventLogDataSource, FilesDataSource, ConsoleDataSource):
+    for source in (EventLogDataSource, StagingDataSource, ConsoleDataSource):
         spark.dataSource.register(source)

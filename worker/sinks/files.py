@@ -1,130 +1,159 @@
-"""Files sink: Parquet files published atomically when Spark commits a batch.
+"""Files target: Parquet files under ``SP_OUTPUT_DIR/<directory>``, published
+from staging by the worker's publisher, with a mark per worker::
 
-Each task writes its rows to a staging file (``_staging/``) and fsyncs it;
-``commit(messages, batch_id)`` then renames the staged files into the output
-directory as ``<worker>-b<batch>-<task>.parquet`` and fsyncs the directory.
-A batch Spark re-runs after a crash (same batch id, same offsets) replaces
-its earlier files rather than adding to them. In complete mode (a running
-aggregate) each batch is the whole table, and older batches' files are removed
-once the new one is published: the directory holds the current table.
+    <worker>-b<batch>-<task>.parquet    a published batch's rows, one file per task
+    _published/<worker>.json           the mark: {"checkpoint_id": k, "batch_id": b}
 
-Delivery: at-least-once across restores of older checkpoints (re-planned
-batches); the exactly-once, checkpoint-published contract is the sink issue's.
+The mark is the commit point: a reader sees each worker's files up to its
+mark's batch only (complete mode: the newest such batch, the worker's current
+table), so files placed by a publish that a crash interrupted before its mark
+are invisible, and removed when the worker resumes.
+
+Contract: transactional, published when a checkpoint completes (with
+``SP_CHECKPOINT_FREQ=0``: published per batch, at-least-once across restarts).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+from worker.checkpointing.faults import NO_FAULTS, FaultInjector
+from worker.checkpointing.store import atomic_write, fsync_dir
+from worker.publishing.book import Mark
+from worker.publishing.target import Outcome
+from worker.sinks.staging import StagedBatch
 
-FORMAT = "sparkpoint_files"
-STAGING = "_staging"
-
-
-@dataclass
-class StagedFile(WriterCommitMessage):
-    path: str | None
-    rows: int
+MARKS = "_published"
+_BATCH_FILE = re.compile(r"^(?P<worker>.+)-b(?P<batch>\d{10})-\d{4}\.parquet$")
 
 
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def batch_file_name(worker_id: str, batch_id: int, task: int) -> str:
+    return f"{worker_id}-b{batch_id:010d}-{task:04d}.parquet"
+
+
+def read_mark(directory: Path, worker_id: str) -> Mark | None:
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        data = json.loads((Path(directory) / MARKS / f"{worker_id}.json").read_text())
+    except FileNotFoundError:
+        return None
+    return Mark(int(data["checkpoint_id"]), int(data["batch_id"]))
 
 
-def batch_file_pattern(worker_id: str) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(worker_id)}-b(\d{{10}})-\d{{4}}\.parquet$")
-
-
-_ANY_BATCH_FILE = re.compile(r"^(?P<worker>.+)-b(?P<batch>\d{10})-\d{4}\.parquet$")
-
-
-def published_files(directory: Path) -> dict[str, dict[int, list[Path]]]:
-    """Published files by worker and batch id (staging is ignored)."""
+def batch_files(directory: Path) -> dict[str, dict[int, list[Path]]]:
+    """Every batch file present, published or not, by worker and batch id."""
     found: dict[str, dict[int, list[Path]]] = {}
     if not Path(directory).is_dir():
         return found
     for path in sorted(Path(directory).iterdir()):
-        match = _ANY_BATCH_FILE.match(path.name)
+        match = _BATCH_FILE.match(path.name)
         if match:
             found.setdefault(match["worker"], {}).setdefault(int(match["batch"]), []).append(path)
     return found
 
 
+def published_files(directory: Path, *, latest_batch_only: bool = False) -> dict[str, dict[int, list[Path]]]:
+    """The files readers see, by worker and batch: up to each worker's mark
+    (the mark is read before the files are listed, so a publish running
+    meanwhile cannot show half a batch)."""
+    marks_dir = Path(directory) / MARKS
+    workers = [p.stem for p in marks_dir.glob("*.json")] if marks_dir.is_dir() else []
+    marks = {worker: read_mark(directory, worker) for worker in workers}
+    visible: dict[str, dict[int, list[Path]]] = {}
+    for worker, batches in batch_files(directory).items():
+        mark = marks.get(worker)
+        chosen = sorted(b for b in batches if mark is not None and b <= mark.batch_id)
+        if latest_batch_only:
+            chosen = chosen[-1:]
+        if chosen:
+            visible[worker] = {b: batches[b] for b in chosen}
+    return visible
+
+
 def read_published(directory: Path, *, latest_batch_only: bool = False):
     """Everything published (append mode) or, with ``latest_batch_only``, each
-    worker's current table (complete mode), as one Arrow table."""
+    worker's current table (complete mode), as one Arrow table; None if empty."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tables = []
-    for batches in published_files(directory).values():
-        chosen = [max(batches)] if latest_batch_only else sorted(batches)
-        tables.extend(pq.read_table(path) for batch in chosen for path in batches[batch])
+    tables = [pq.read_table(path)
+              for batches in published_files(directory, latest_batch_only=latest_batch_only).values()
+              for paths in batches.values() for path in paths]
     return pa.concat_tables(tables) if tables else None
 
 
-class FilesDataSource(DataSource):
-    """Options: ``path`` (output directory), ``workerId``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> FilesStreamWriter:
-        return FilesStreamWriter(Path(self.options["path"]), self.options.get("workerId", "worker"), overwrite)
-
-
-class FilesStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, directory: Path, worker_id: str, overwrite: bool) -> None:
-        self.directory = directory
+class FilesTarget:
+    def __init__(self, directory: Path, worker_id: str, *, complete: bool, faults: FaultInjector = NO_FAULTS) -> None:
+        self.directory = Path(directory)
         self.worker_id = worker_id
-        self.overwrite = overwrite
+        self.complete = complete
+        self.description = f"files {self.directory}"
+        self._faults = faults
 
-    def write(self, iterator: Iterator) -> StagedFile:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    def resume(self) -> Mark | None:
+        """The mark; and the clean-up of what an interrupted publish left:
+        this worker's files past the mark (placed, never published), temporary
+        files, and in complete mode tables older than the published one."""
+        mark = read_mark(self.directory, self.worker_id)
+        mine = batch_files(self.directory).get(self.worker_id, {})
+        published = mark.batch_id if mark else -1
+        for batch_id, paths in mine.items():
+            if batch_id > published or (self.complete and batch_id < published):
+                for path in paths:
+                    path.unlink(missing_ok=True)
+        for stray in self.directory.glob(f".{self.worker_id}-*.tmp") if self.directory.is_dir() else []:
+            stray.unlink(missing_ok=True)
+        return mark
 
-        batches = [batch for batch in iterator if batch.num_rows]
-        if not batches:
-            return StagedFile(None, 0)
-        staging = self.directory / STAGING
-        staging.mkdir(parents=True, exist_ok=True)
-        path = staging / f"{uuid.uuid4().hex}.parquet"
-        with open(path, "wb") as f:
-            pq.write_table(pa.Table.from_batches(batches), f)
-            f.flush()
-            os.fsync(f.fileno())
-        return StagedFile(str(path), sum(batch.num_rows for batch in batches))
-
-    def commit(self, messages: list, batchId: int) -> None:
-        staged = [m for m in messages if isinstance(m, StagedFile) and m.path]
+    def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
+        """Steps:
+        1. Place each batch's files as ``<worker>-b<batch>-<task>.parquet``,
+           replacing earlier files of that batch: a hard link to the staged file
+           (a copy across filesystems) under a temporary name, renamed into place.
+           Staging keeps its files until the mark is written: a crash here
+           publishes the same batches again.
+        2. fsync the directory.
+        3. Write the mark atomically: the commit point.
+        4. Complete mode: remove this worker's older tables.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
-        prefix = f"{self.worker_id}-b{batchId:010d}-"
-        # A re-run of this batch id replaces what an earlier run published.
-        for old in self.directory.glob(f"{prefix}*.parquet"):
-            old.unlink()
-        for task, message in enumerate(staged):
-            os.replace(message.path, self.directory / f"{prefix}{task:04d}.parquet")
-        fsync_directory(self.directory)
-        if self.overwrite and staged:
-            pattern = batch_file_pattern(self.worker_id)
-            for old in self.directory.iterdir():
-                match = pattern.match(old.name)
-                if match and int(match.group(1)) < batchId:
-                    old.unlink()
+        # 1.
+        mine = batch_files(self.directory).get(self.worker_id, {})
+        for batch in batches:
+            for old in mine.get(batch.batch_id, []):
+                old.unlink()
+            for task, source in enumerate(batch.files):
+                self._place(source, self.directory / batch_file_name(self.worker_id, batch.batch_id, task))
+        # 2.
+        fsync_dir(self.directory)
+        self._faults.hit("publish.files_placed")
+        # 3.
+        atomic_write(self.directory / MARKS / f"{self.worker_id}.json",
+                     json.dumps({"checkpoint_id": mark.checkpoint_id, "batch_id": mark.batch_id}).encode())
+        # 4.
+        if self.complete:
+            for batch_id, paths in batch_files(self.directory).get(self.worker_id, {}).items():
+                if batch_id < mark.batch_id:
+                    for path in paths:
+                        path.unlink(missing_ok=True)
+        return Outcome.PUBLISHED
 
-    def abort(self, messages: list, batchId: int) -> None:
-        for message in messages:
-            if isinstance(message, StagedFile) and message.path:
-                Path(message.path).unlink(missing_ok=True)
+    def _place(self, source: Path, final: Path) -> None:
+        tmp = self.directory / f".{self.worker_id}-{uuid.uuid4().hex}.tmp"
+        try:
+            os.link(source, tmp)
+        except OSError:
+            # Another filesystem (the output and checkpoint volumes differ): copy.
+            with open(source, "rb") as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+                dst.flush()
+                os.fsync(dst.fileno())
+        os.replace(tmp, final)
+
+    def close(self) -> None:
+        pass

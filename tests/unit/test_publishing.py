@@ -1,0 +1,408 @@
+"""Staging, the files target and the publisher, on temporary directories; no
+Spark session (the staging writer is called as Spark's Python worker would),
+an injected clock, no sleeps."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.unit.fakes import FakeClock
+from worker.checkpointing.manifest import Manifest, QueryCut
+from worker.publishing.book import Contract, Mark, SinkBook
+from worker.publishing.publisher import Publication, Publisher, describe_error
+from worker.publishing.target import Outcome
+from worker.sinks import files
+from worker.sinks.files import FilesTarget, read_mark, read_published
+from worker.sinks.staging import StagedFile, StagingArea, StagingStreamWriter
+
+WORKER = "worker-0"
+
+
+def rows(ids: list[int]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
+
+
+def stage(staging: StagingArea, batch_id: int, *tasks: list[int]) -> None:
+    """Stage a batch the way Spark does: each task writes, then commit."""
+    writer = StagingStreamWriter(staging.run_dir)
+    messages = [writer.write(iter([rows(ids)] if ids else [])) for ids in tasks]
+    writer.commit(messages, batch_id)
+
+
+def fresh_staging(tmp_path: Path, run: str = "run-1", keep_through: int | None = None) -> StagingArea:
+    staging = StagingArea(tmp_path / "staging" / "out", run)
+    staging.recover(keep_through)
+    return staging
+
+
+def ids_in(directory: Path, **kwargs) -> list[int]:
+    table = read_published(directory, **kwargs)
+    return sorted(table.column("id").to_pylist()) if table is not None else []
+
+
+def manifest(checkpoint_id: int, batch_id: int, query: str = "out") -> Manifest:
+    return Manifest(checkpoint_id=checkpoint_id, worker_id=WORKER, created_at=0.0, duration_ms=0.0, bytes_copied=0,
+                    node_names=(), queries=(QueryCut(query, batch_id, {}, {}),))
+
+
+# --- staging ------------------------------------------------------------------------
+
+def test_a_committed_batch_holds_one_file_per_task_with_rows(tmp_path):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 0, [1, 2], [], [3])
+    assert staging.batches() == [0]
+    batch = staging.batch(0)
+    assert [p.name for p in batch.files] == ["0000.parquet", "0001.parquet"]
+    assert sorted(batch.read().column("id").to_pylist()) == [1, 2, 3]
+    # No task file or temporary directory is left behind.
+    assert sorted(p.name for p in staging.run_dir.iterdir()) == ["b0000000000"]
+
+
+def test_an_empty_batch_is_staged_too(tmp_path):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 4, [])
+    assert staging.batches() == [4]
+    assert staging.batch(4).read() is None
+
+
+def test_recover_keeps_batches_up_to_the_restored_checkpoint_and_forgets_the_rest(tmp_path):
+    first = fresh_staging(tmp_path, "run-1")
+    for batch_id in range(5):
+        stage(first, batch_id, [batch_id])
+    second = StagingArea(first.root, "run-2")
+    assert second.recover(keep_through=2) == 3
+    assert second.batches() == [0, 1, 2]
+    assert [p.name for p in first.root.iterdir()] == ["run-2"]
+    assert second.batch(2).read().column("id").to_pylist() == [2]
+
+
+def test_recover_without_a_restored_checkpoint_forgets_everything(tmp_path):
+    first = fresh_staging(tmp_path, "run-1")
+    stage(first, 0, [1])
+    second = StagingArea(first.root, "run-2")
+    assert second.recover(keep_through=None) == 0
+    assert second.batches() == []
+
+
+def test_a_killed_runs_lingering_spark_cannot_stage_after_the_next_run_started(tmp_path):
+    first = fresh_staging(tmp_path, "run-1")
+    lingering = StagingStreamWriter(first.run_dir)
+    message = lingering.write(iter([rows([7])]))
+    StagingArea(first.root, "run-2").recover(keep_through=None)
+    with pytest.raises(FileNotFoundError):
+        lingering.commit([message], 3)
+    with pytest.raises(FileNotFoundError):
+        lingering.write(iter([rows([8])]))
+    assert StagingArea(first.root, "run-2").batches() == []
+
+
+def test_recover_finishes_what_an_interrupted_recovery_left(tmp_path):
+    first = fresh_staging(tmp_path, "run-1")
+    for batch_id in range(3):
+        stage(first, batch_id, [batch_id])
+    # A start-up that retired run-1 and crashed before moving anything.
+    first.run_dir.rename(first.root / ".retired-run-1")
+    third = StagingArea(first.root, "run-3")
+    assert third.recover(keep_through=1) == 2
+    assert third.batches() == [0, 1]
+    assert [p.name for p in first.root.iterdir()] == ["run-3"]
+
+
+def test_abort_removes_the_tasks_files(tmp_path):
+    staging = fresh_staging(tmp_path)
+    writer = StagingStreamWriter(staging.run_dir)
+    message = writer.write(iter([rows([1])]))
+    writer.abort([message, StagedFile(None, 0)], 0)
+    assert list(staging.run_dir.iterdir()) == []
+
+
+# --- files target ---------------------------------------------------------------------
+
+def test_files_are_visible_up_to_the_mark_only(tmp_path):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 0, [1, 2], [3])
+    stage(staging, 1, [4])
+    out = tmp_path / "out"
+    target = FilesTarget(out, WORKER, complete=False)
+    assert target.resume() is None
+    assert target.publish([staging.batch(0)], Mark(1, 0)) is Outcome.PUBLISHED
+    assert read_mark(out, WORKER) == Mark(1, 0)
+    assert ids_in(out) == [1, 2, 3]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_published", f"{WORKER}-b0000000000-0000.parquet", f"{WORKER}-b0000000000-0001.parquet"]
+    # Staging keeps its files until the publisher deletes the batch.
+    assert staging.batch(0).read().num_rows == 3
+
+
+def test_a_crash_between_placing_files_and_the_mark_publishes_nothing(tmp_path, monkeypatch):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 0, [1])
+    stage(staging, 1, [2, 3])
+    out = tmp_path / "out"
+    target = FilesTarget(out, WORKER, complete=False)
+    target.publish([staging.batch(0)], Mark(1, 0))
+
+    def crash(*_):
+        raise OSError("killed before the mark")
+
+    monkeypatch.setattr(files, "atomic_write", crash)
+    with pytest.raises(OSError):
+        target.publish([staging.batch(1)], Mark(2, 1))
+    monkeypatch.undo()
+    # Placed but past the mark: invisible, and removed when the worker resumes.
+    assert ids_in(out) == [1]
+    assert (out / f"{WORKER}-b0000000001-0000.parquet").exists()
+    assert target.resume() == Mark(1, 0)
+    assert not (out / f"{WORKER}-b0000000001-0000.parquet").exists()
+    # Published again from staging: exactly once.
+    target.publish([staging.batch(1)], Mark(2, 1))
+    assert ids_in(out) == [1, 2, 3]
+
+
+def test_publishing_a_batch_again_replaces_its_files(tmp_path):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 0, [1], [2])
+    out = tmp_path / "out"
+    target = FilesTarget(out, WORKER, complete=False)
+    target.publish([staging.batch(0)], Mark(1, 0))
+    staging.discard([0])
+    stage(staging, 0, [1, 2])         # re-planned after a restore: one task now
+    target.publish([staging.batch(0)], Mark(2, 0))
+    assert ids_in(out) == [1, 2]
+
+
+def test_complete_mode_keeps_each_workers_newest_table(tmp_path):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 3, [1])
+    stage(staging, 5, [1, 2])
+    out = tmp_path / "out"
+    FilesTarget(out, WORKER, complete=True).publish([staging.batch(3)], Mark(1, 3))
+    FilesTarget(out, "worker-1", complete=True).publish([staging.batch(3)], Mark(1, 3))
+    FilesTarget(out, WORKER, complete=True).publish([staging.batch(5)], Mark(2, 5))
+    assert ids_in(out, latest_batch_only=True) == [1, 1, 2]
+    assert sorted(p.name for p in out.glob(f"{WORKER}-*")) == [f"{WORKER}-b0000000005-0000.parquet"]
+
+
+def test_a_worker_without_a_mark_has_published_nothing(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    pq.write_table(pa.table({"id": [1]}), out / f"{WORKER}-b0000000000-0000.parquet")
+    assert read_published(out) is None
+
+
+def test_files_are_copied_when_staging_is_on_another_filesystem(tmp_path, monkeypatch):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 0, [1])
+
+    def cross_device(*_):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(files.os, "link", cross_device)
+    FilesTarget(tmp_path / "out", WORKER, complete=False).publish([staging.batch(0)], Mark(1, 0))
+    assert ids_in(tmp_path / "out") == [1]
+
+
+# --- the publisher --------------------------------------------------------------------
+
+class FakeTarget:
+    """An in-memory transactional target. ``down``: every call fails.
+    ``cut``: the next publish fails at COMMIT, "before" or "after" the
+    (in-memory) server committed it."""
+
+    description = "fake"
+
+    def __init__(self) -> None:
+        self.mark: Mark | None = None
+        self.rows: list[int] = []
+        self.down = False
+        self.cut: str | None = None
+        self.resumes = 0
+
+    def resume(self) -> Mark | None:
+        if self.down:
+            raise ConnectionError("connection refused\n\tIs the server running?")
+        self.resumes += 1
+        return self.mark
+
+    def publish(self, batches, mark: Mark) -> Outcome:
+        if self.down:
+            raise ConnectionError("connection refused")
+        cut, self.cut = self.cut, None
+        if cut == "before":
+            raise ConnectionError("server closed the connection unexpectedly")
+        for batch in batches:
+            table = batch.read()
+            self.rows += table.column("id").to_pylist() if table is not None else []
+        self.mark = mark
+        if cut == "after":
+            raise ConnectionError("server closed the connection unexpectedly")
+        return Outcome.PUBLISHED
+
+    def close(self) -> None:
+        pass
+
+
+def publisher_for(tmp_path: Path, target, contract=Contract.ON_COMPLETION, complete=False, clock=None):
+    staging = fresh_staging(tmp_path)
+    publication = Publication("out", "transactional", SinkBook(contract, complete=complete), target, staging)
+    publisher = Publisher([publication], clock=clock or FakeClock())
+    assert publisher.resume_all(threading.Event())
+    return publisher, staging
+
+
+def test_the_publisher_publishes_on_completion_and_deletes_what_it_published(tmp_path):
+    target = FakeTarget()
+    publisher, staging = publisher_for(tmp_path, target)
+    for batch_id in range(3):
+        stage(staging, batch_id, [batch_id])
+    publisher.durable(manifest(1, 1))
+    publisher.step()
+    assert target.rows == []                     # durable, not complete yet
+    publisher.completed(1)
+    publisher.step()
+    assert (target.rows, target.mark) == ([0, 1], Mark(1, 1))
+    assert staging.batches() == [2]
+    status = publisher.statuses()[0]
+    assert (status.published_checkpoint_id, status.published_batch_id, status.pending_batches) == (1, 1, 1)
+    assert not status.waiting
+
+
+@pytest.mark.parametrize("cut", ["before", "after"])
+def test_a_commit_cut_is_resolved_by_reading_the_mark_again(tmp_path, cut):
+    clock = FakeClock()
+    target = FakeTarget()
+    publisher, staging = publisher_for(tmp_path, target, clock=clock)
+    for batch_id in range(3):
+        stage(staging, batch_id, [batch_id])
+    publisher.durable(manifest(1, 2))
+    publisher.completed(1)
+    target.cut = cut
+    publisher.step()
+    assert publisher.statuses()[0].waiting
+    clock.now += 60
+    publisher.step()
+    assert sorted(target.rows) == [0, 1, 2]       # exactly once, whichever side of COMMIT it broke
+    assert target.mark == Mark(1, 2) and staging.batches() == []
+    assert target.resumes == 2                    # at start-up, and after the cut
+
+
+def test_a_target_that_is_down_makes_the_sink_wait_visibly_and_lose_nothing(tmp_path):
+    clock = FakeClock(now=1000.0)
+    target = FakeTarget()
+    publisher, staging = publisher_for(tmp_path, target, clock=clock)
+    target.down = True
+    for batch_id in range(2):
+        stage(staging, batch_id, [batch_id])
+        publisher.durable(manifest(batch_id + 1, batch_id))
+        publisher.completed(batch_id + 1)
+    publisher.step()
+    status = publisher.statuses()[0]
+    assert status.waiting and status.error == "ConnectionError: connection refused"
+    assert status.waiting_since == 1000.0 and status.next_retry_at > 1000.0
+    assert status.pending_batches == 2
+    # Not retried before it is due; staging keeps growing meanwhile.
+    clock.now = status.next_retry_at - 0.01
+    stage(staging, 2, [2])
+    publisher.step()
+    assert publisher.statuses()[0].waiting_since == 1000.0
+    assert publisher.statuses()[0].pending_batches == 3
+    target.down = False
+    clock.now += 0.02
+    publisher.step()
+    status = publisher.statuses()[0]
+    assert not status.waiting and status.error == ""
+    assert (target.rows, target.mark, status.pending_batches) == ([0, 1], Mark(2, 1), 1)
+
+
+def test_start_up_waits_for_the_targets_mark_until_stopped(tmp_path):
+    target = FakeTarget()
+    target.down = True
+    staging = fresh_staging(tmp_path)
+    publisher = Publisher([Publication("out", "transactional", SinkBook(Contract.ON_COMPLETION, complete=False),
+                                       target, staging)], clock=FakeClock())
+    stop = threading.Event()
+    stop.set()
+    assert publisher.resume_all(stop) is False
+    assert publisher.statuses()[0].waiting
+
+
+def test_a_mark_that_moved_is_read_again_and_nothing_is_written_twice(tmp_path):
+    class MovedOnce(FakeTarget):
+        def publish(self, batches, mark):
+            if self.resumes == 1:
+                self.mark = mark            # another attempt committed meanwhile
+                self.rows += [b.batch_id for b in batches]
+                return Outcome.MARK_MOVED
+            return super().publish(batches, mark)
+
+    target = MovedOnce()
+    publisher, staging = publisher_for(tmp_path, target)
+    stage(staging, 0, [0])
+    publisher.restored(manifest(1, 0))
+    publisher.step()
+    assert target.rows == [0] and target.resumes == 2 and staging.batches() == []
+
+
+def test_the_restored_checkpoint_is_published_at_once(tmp_path):
+    target = FakeTarget()
+    publisher, staging = publisher_for(tmp_path, target)
+    stage(staging, 0, [5])
+    publisher.restored(manifest(3, 0))
+    publisher.step()
+    assert (target.rows, target.mark) == ([5], Mark(3, 0))
+
+
+def test_immediate_sinks_publish_whatever_is_staged(tmp_path):
+    target = FakeTarget()
+    publisher, staging = publisher_for(tmp_path, target, contract=Contract.IMMEDIATE)
+    stage(staging, 0, [1])
+    stage(staging, 1, [2])
+    publisher.step()
+    assert (target.rows, target.mark, staging.batches()) == ([1, 2], Mark(0, 1), [])
+
+
+def test_checkpoints_of_other_queries_leave_a_sink_alone(tmp_path):
+    target = FakeTarget()
+    publisher, staging = publisher_for(tmp_path, target)
+    stage(staging, 0, [1])
+    publisher.durable(manifest(1, 0, query="other"))
+    publisher.completed(1)
+    publisher.step()
+    assert target.rows == []
+
+
+def test_error_descriptions_are_one_line():
+    assert describe_error(ConnectionError("refused\n\tIs the server running?")) == "ConnectionError: refused"
+    assert describe_error(TimeoutError()) == "TimeoutError"
+
+
+# --- which publication each sink gets ---------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("freq, files_contract", [("1000", Contract.ON_COMPLETION), ("0", Contract.IMMEDIATE)])
+def test_each_sink_gets_its_contract_target_and_staging(tmp_path, freq, files_contract):
+    from worker.api.loader import load_pipeline
+    from worker.publishing.sinks import publications
+    from worker.settings import WorkerSettings
+    from worker.sinks.postgres import PostgresTransactionalTarget, PostgresUpsertTarget
+
+    settings = WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_CHECKPOINT_FREQ": freq,
+                                        "SP_CHECKPOINT_DIR": str(tmp_path), "SP_OUTPUT_DIR": str(tmp_path / "out")})
+    built = {p.name: p for p in publications(load_pipeline(REPO / "pipelines" / "trades_postgres.py"),
+                                             settings, "run-9")}
+    assert set(built) == {"enriched_pg", "enriched_out", "vwap_pg"}
+    assert isinstance(built["enriched_pg"].target, PostgresTransactionalTarget)
+    assert built["enriched_pg"].book.contract is Contract.ON_COMPLETION
+    assert isinstance(built["vwap_pg"].target, PostgresUpsertTarget)
+    assert (built["vwap_pg"].book.contract, built["vwap_pg"].book.complete) == (Contract.IMMEDIATE, True)
+    assert isinstance(built["enriched_out"].target, FilesTarget)
+    assert built["enriched_out"].book.contract is files_contract
+    assert built["enriched_out"].target.directory == tmp_path / "out" / "trades_enriched"
+    assert built["enriched_out"].staging.run_dir == tmp_path / "staging" / "enriched_out" / "run-9"

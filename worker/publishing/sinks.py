@@ -1,0 +1,76 @@
+"""Which publication each of a pipeline's sinks gets: contract, target, staging."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from sparkpoint.env import SettingsError
+from worker.api.graph import Pipeline, Stream
+from worker.checkpointing.faults import FaultInjector
+from worker.publishing.book import Contract, SinkBook
+from worker.publishing.publisher import Publication
+from worker.publishing.target import Target
+from worker.settings import WorkerSettings
+from worker.sinks.files import FilesTarget
+from worker.sinks.postgres import PostgresTransactionalTarget, PostgresUpsertTarget
+from worker.sinks.staging import StagingArea
+
+log = logging.getLogger("sparkpoint.worker.publisher")
+
+STAGED_KINDS = ("sink.files", "sink.postgres")
+
+
+def staged_branches(pipeline: Pipeline) -> list[Stream]:
+    """Branches whose sink stages its batches (every sink but the console)."""
+    return [branch for branch in pipeline.branches if branch.sink.kind in STAGED_KINDS]
+
+
+def staging_root(settings: WorkerSettings, sink: str) -> Path:
+    return settings.checkpoint_dir / "staging" / sink
+
+
+def check_sinks(pipeline: Pipeline, settings: WorkerSettings) -> None:
+    """Refuse, naming the setting, a sink that cannot keep its contract as configured."""
+    for branch in staged_branches(pipeline):
+        sink = branch.sink
+        if sink.kind != "sink.postgres":
+            continue
+        if settings.postgres is None:
+            raise SettingsError("SP_PG_HOST", f"sink {sink.name} writes to PostgreSQL: set SP_PG_HOST "
+                                              "(and SP_PG_PORT, SP_PG_DATABASE, SP_PG_USER, SP_PG_PASSWORD) "
+                                              "or SP_PG_DSN")
+        if "key" not in sink.params and settings.checkpoint_freq_ms == 0:
+            raise SettingsError("SP_CHECKPOINT_FREQ", f"is 0, but sink {sink.name} publishes to PostgreSQL table "
+                                                      f"{sink.params['table']} on checkpoint completion: enable "
+                                                      "checkpoints, or give to_postgres a key and version (upsert)")
+
+
+def publication(branch: Stream, settings: WorkerSettings, run: str) -> Publication:
+    sink = branch.sink
+    checkpoints_on = settings.checkpoint_freq_ms > 0
+    target: Target
+    if sink.kind == "sink.files":
+        target = FilesTarget(settings.output_dir / sink.params["directory"], settings.worker_id,
+                             complete=branch.complete,
+                             faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
+        contract, label = Contract.ON_COMPLETION, "transactional"
+        if not checkpoints_on:
+            contract, label = Contract.IMMEDIATE, "at-least-once (checkpoints off)"
+            log.warning("sink %s: checkpoints are off (SP_CHECKPOINT_FREQ=0): batches are published as they come, "
+                        "and a restart replays the source from its beginning and publishes it again "
+                        "(at-least-once)", sink.name)
+    elif "key" in sink.params:
+        target = PostgresUpsertTarget(settings.postgres, sink.params["table"], key=sink.params["key"],
+                                      version=sink.params["version"], worker_id=settings.worker_id)
+        contract, label = Contract.IMMEDIATE, "upsert"
+    else:
+        target = PostgresTransactionalTarget(settings.postgres, sink.params["table"], sink=sink.name,
+                                             worker_id=settings.worker_id, complete=branch.complete)
+        contract, label = Contract.ON_COMPLETION, "transactional"
+    return Publication(name=sink.name, contract=label, book=SinkBook(contract, complete=branch.complete),
+                       target=target, staging=StagingArea(staging_root(settings, sink.name), run))
+
+
+def publications(pipeline: Pipeline, settings: WorkerSettings, run: str) -> list[Publication]:
+    return [publication(branch, settings, run) for branch in staged_branches(pipeline)]

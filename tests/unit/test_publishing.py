@@ -188,6 +188,17 @@ def test_complete_mode_keeps_each_workers_newest_table(tmp_path):
     assert sorted(p.name for p in out.glob(f"{WORKER}-*")) == [f"{WORKER}-b0000000005-0000.parquet"]
 
 
+def test_complete_mode_keeps_its_table_when_only_the_mark_moves(tmp_path):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 3, [1])
+    out = tmp_path / "out"
+    target = FilesTarget(out, WORKER, complete=True)
+    target.publish([staging.batch(3)], Mark(1, 3))
+    target.publish([], Mark(2, 6))
+    assert target.resume() == Mark(2, 6)
+    assert ids_in(out, latest_batch_only=True) == [1]
+
+
 def test_a_worker_without_a_mark_has_published_nothing(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -100,12 +100,13 @@ class FilesTarget:
         this worker's files past the mark (placed, never published), temporary
         files, and in complete mode tables older than the published one."""
         mark = read_mark(self.directory, self.worker_id)
-        mine = batch_files(self.directory).get(self.worker_id, {})
         published = mark.batch_id if mark else -1
-        for batch_id, paths in mine.items():
-            if batch_id > published or (self.complete and batch_id < published):
+        for batch_id, paths in batch_files(self.directory).get(self.worker_id, {}).items():
+            if batch_id > published:
                 for path in paths:
                     path.unlink(missing_ok=True)
+        if self.complete:
+            self._remove_older_tables(published)
         for stray in self.directory.glob(f".{self.worker_id}-*.tmp") if self.directory.is_dir() else []:
             stray.unlink(missing_ok=True)
         return mark
@@ -137,11 +138,18 @@ class FilesTarget:
                      json.dumps({"checkpoint_id": mark.checkpoint_id, "batch_id": mark.batch_id}).encode())
         # 4.
         if self.complete:
-            for batch_id, paths in batch_files(self.directory).get(self.worker_id, {}).items():
-                if batch_id < mark.batch_id:
-                    for path in paths:
-                        path.unlink(missing_ok=True)
+            self._remove_older_tables(mark.batch_id)
         return Outcome.PUBLISHED
+
+    def _remove_older_tables(self, published: int) -> None:
+        """Complete mode: keep this worker's newest table up to ``published``
+        (readers see that one), remove the older ones."""
+        mine = batch_files(self.directory).get(self.worker_id, {})
+        current = max((b for b in mine if b <= published), default=None)
+        for batch_id, paths in mine.items():
+            if current is not None and batch_id < current:
+                for path in paths:
+                    path.unlink(missing_ok=True)
 
     def _place(self, source: Path, final: Path) -> None:
         tmp = self.directory / f".{self.worker_id}-{uuid.uuid4().hex}.tmp"

@@ -42,17 +42,18 @@ proto/sparkpoint/v1/%_pb2.py proto/sparkpoint/v1/%_pb2_grpc.py: proto/sparkpoint
 
 proto: $(PROTO_OUT)
 
-# The whole suite but the container chaos tests (see `make chaos`).
+# The whole suite: unit, integration (local processes, PostgreSQL) and chaos
+# (the compose stack, its images built once per run, cached).
 test: deps proto
-	$(PY) -m pytest -q -ra -m "not chaos" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
+# Subsets: fast unit tests; local processes; containers only.
 unit: deps proto
 	$(PY) -m pytest -q -m "not integration and not chaos" $(PYTEST_ARGS)
 
 integration: deps proto
 	$(PY) -m pytest -q -m integration $(PYTEST_ARGS)
 
-# Crash containers of the real compose stack (builds the images first).
 chaos: deps proto
 	$(PY) -m pytest -q -ra -s -m chaos $(PYTEST_ARGS)
 

@@ -14,10 +14,11 @@ from tests.support import get_json
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Runs inside a container of the project's own image, on the stack's volumes:
-# the whole input (log) and what the sinks published.
+# Runs inside a container of the project's own image, on the stack's volumes
+# and network: the whole input (log), what the files sinks published, and the
+# PostgreSQL tables (absent until a first publish creates them).
 _READ_RESULTS = """
-import json, pathlib
+import json, pathlib, psycopg
 from worker.sinks.files import read_published
 events = []
 for path in sorted(pathlib.Path('/log/trades').glob('p-*.jsonl')):
@@ -25,11 +26,22 @@ for path in sorted(pathlib.Path('/log/trades').glob('p-*.jsonl')):
     data = data[: data.rfind(b'\\n') + 1]
     events += [json.loads(line) for line in data.splitlines()]
 enriched = read_published(pathlib.Path('/out/trades_enriched'))
-vwap = read_published(pathlib.Path('/out/vwap'), latest_batch_only=True)
+pg = {'ids': [], 'vwap': []}
+with psycopg.connect(%r, connect_timeout=5) as conn:
+    for table, query in (('ids', 'SELECT id FROM trades_enriched'),
+                         ('vwap', 'SELECT sym, notional, volume, trades FROM vwap')):
+        try:
+            with conn.transaction():
+                cursor = conn.execute(query)
+                names = [c.name for c in cursor.description]
+                pg[table] = [dict(zip(names, row)) for row in cursor]
+        except psycopg.errors.UndefinedTable:
+            pass
 print(json.dumps({
     'events': events,
     'ids': enriched.column('id').to_pylist() if enriched is not None else [],
-    'vwap': vwap.to_pylist() if vwap is not None else [],
+    'pg_ids': [row['id'] for row in pg['ids']],
+    'pg_vwap': pg['vwap'],
 }))
 """
 
@@ -82,8 +94,13 @@ class ComposeStack:
         return next((w for w in self.status().get("workers", []) if w["worker_index"] == index), None)
 
     def results(self) -> dict:
+        """Input and outputs; raises while PostgreSQL is unreachable."""
+        dsn = (f"host=postgres dbname={self.env.get('POSTGRES_DB', 'sparkpoint')} "
+               f"user={self.env.get('POSTGRES_USER', 'sparkpoint')} "
+               f"password={self.env.get('POSTGRES_PASSWORD', 'sparkpoint')}")
         output = self.client.containers.run(
-            "sparkpoint-controller:latest", ["python", "-c", _READ_RESULTS], remove=True,
+            "sparkpoint-controller:latest", ["python", "-c", _READ_RESULTS % dsn], remove=True,
+            network=f"{self.project}_default",
             volumes={f"{self.project}_eventlog": {"bind": "/log", "mode": "ro"},
                      f"{self.project}_output": {"bind": "/out", "mode": "ro"}})
         return json.loads(output)

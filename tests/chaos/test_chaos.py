@@ -2,10 +2,11 @@
 
 Containers are crashed (SIGKILL from the host) on a seeded schedule printed
 with the result: ``SP_TEST_SEED=<seed> make test`` replays it. After each
-scenario the producer's bounded input is drained and checked: every event id
-reaches the files sink (no gaps), and the per-symbol aggregates equal a batch
-computation over the whole log. Duplicates after replays are counted and
-reported: exactly-once output is the sink issue's.
+scenario the producer's input is drained and checked: every event id is in
+the files output and in the PostgreSQL table exactly once (no gaps, no
+duplicates), and the per-symbol aggregates in PostgreSQL (upsert) equal a
+batch computation over the whole log. The stack runs the compose default,
+``pipelines/trades_postgres.py``.
 """
 
 from __future__ import annotations
@@ -64,28 +65,41 @@ def start(stack: ComposeStack) -> None:
         checkpointed_since_restore(stack, index)
 
 
+def exact_aggregates(rows: list[dict], expected: dict, where: str) -> bool:
+    """True once ``rows`` cover every event (trade counts equal); then the
+    sums must be exact."""
+    if {row["sym"]: row["trades"] for row in rows} != {sym: want["trades"] for sym, want in expected.items()}:
+        return False
+    for row in rows:
+        want = expected[row["sym"]]
+        assert row["volume"] == want["volume"], f"{where}: volume of {row['sym']}"
+        assert row["notional"] == pytest.approx(want["notional"], rel=1e-9), f"{where}: notional of {row['sym']}"
+    return True
+
+
+def duplicated(ids: list[int]) -> list[int]:
+    return sorted(i for i, n in Counter(ids).items() if n > 1)
+
+
 def drained_and_exact(stack: ComposeStack) -> None:
-    """Stop the producer, wait until all it wrote is processed; check no id is
-    missing and the aggregates are exact."""
+    """Stop the producer and wait until all it wrote is published; then every
+    event id is in the files output and in the PostgreSQL table exactly once,
+    and the upsert table equals a batch computation over the whole log."""
     stack.compose("stop", "-t", "10", "producer")
 
     def caught_up() -> dict | None:
         results = stack.results()
-        return results if set(results["ids"]) >= {e["id"] for e in results["events"]} else None
-    results = wait_until(caught_up, timeout_s=600, what="every produced event in the sink", interval_s=5)
+        produced = {e["id"] for e in results["events"]}
+        return results if set(results["ids"]) >= produced and set(results["pg_ids"]) >= produced else None
+    results = wait_until(caught_up, timeout_s=600, what="every produced event in both sinks", interval_s=5)
     events = results["events"]
     assert len({e["id"] for e in events}) == len(events) > 0
+    assert duplicated(results["ids"]) == [], "event ids published twice to the files sink"
+    assert duplicated(results["pg_ids"]) == [], "event ids published twice to PostgreSQL"
     expected = expected_vwap(events)
-    current = wait_until(lambda: (r := stack.results()) and
-                         {row["sym"]: row["trades"] for row in r["vwap"]} ==
-                         {sym: want["trades"] for sym, want in expected.items()} and r["vwap"],
-                         timeout_s=120, what="the aggregates to cover every event", interval_s=3)
-    for row in current:
-        want = expected[row["sym"]]
-        assert row["volume"] == want["volume"]
-        assert row["notional"] == pytest.approx(want["notional"], rel=1e-9)
-    duplicates = sum(n - 1 for n in Counter(results["ids"]).values() if n > 1)
-    print(f"no event missing, aggregates exact; duplicates after replays: {duplicates}")
+    wait_until(lambda: (r := stack.results()) and exact_aggregates(r["pg_vwap"], expected, "PostgreSQL vwap"),
+               timeout_s=120, what="the aggregates to cover every event", interval_s=3)
+    print(f"{len(events)} events: each exactly once in files and PostgreSQL; aggregates exact")
 
 
 def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack):
@@ -129,7 +143,13 @@ def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack)
     drained_and_exact(compose)
 
 
-def test_controller_crash_does_not_stop_workers(stack):
+def published_batches(stack: ComposeStack) -> int:
+    """How many batches the workers' sinks have published in all."""
+    return sum(sink["published_batch_id"] + 1 for worker in stack.status().get("workers", [])
+               for sink in worker.get("sinks", []))
+
+
+def test_controller_and_postgres_crash_while_workers_go_on(stack):
     rng = seeded()
     compose = stack(**SETTINGS)
     start(compose)
@@ -143,6 +163,21 @@ def test_controller_crash_does_not_stop_workers(stack):
                    and w["last_checkpoint"]["checkpoint_id"] > before[index]["last_checkpoint"]["checkpoint_id"]
                    and w["heartbeat_age_s"] < 10, timeout_s=180, what=f"worker-{index} progress after the crash")
     assert compose.restart_count("controller") >= 1
+
+    # PostgreSQL crashes at a random point (possibly inside a publishing
+    # transaction's COMMIT): the sinks wait, retry, and publish again.
+    for crash in range(2):
+        published = published_batches(compose)
+        wait_until(lambda: published_batches(compose) >= published + rng.randint(1, 6), timeout_s=180,
+                   what="more batches published")
+        restarts = compose.restart_count("postgres")
+        print(f"crashing PostgreSQL ({crash + 1})")
+        compose.crash("postgres")
+        wait_until(lambda: compose.restart_count("postgres") > restarts, timeout_s=60,
+                   what="PostgreSQL restarted by its policy")
+        published = published_batches(compose)
+        wait_until(lambda: published_batches(compose) > published, timeout_s=300,
+                   what="the sinks to publish again after PostgreSQL came back")
 
     # A worker crashing while the controller is down: it comes back once the controller is.
     victim = rng.randrange(2)

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from worker.api.graph import Pipeline
     from worker.checkpointing.manifest import Manifest
     from worker.stateplan.layout import StateSchema
-    from worker.stateplan.plan import NodeDecision, RestorePlan
 
 PROGRAM = "sparkpoint"
 GO_AHEAD, FAILED, REFUSED = 0, 1, 2
@@ -88,35 +87,10 @@ def spark_schemas(pipeline: Pipeline) -> dict[str, StateSchema]:
         spark.stop()
 
 
-def _state_cell(decision: NodeDecision) -> str:
-    if decision.old is not None and decision.new is not None and decision.old != decision.new:
-        return f"{decision.old} -> {decision.new}"
-    return str(decision.old or decision.new or "")
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (headers, *rows)]
-
-
-def render_plan(plan: RestorePlan, manifest: Manifest, pipeline_path: Path, fingerprint: str) -> str:
-    from worker.stateplan.plan import Action
-
+def describe_restore(manifest: Manifest, pipeline_path: Path, fingerprint: str) -> str:
     taken = datetime.fromtimestamp(manifest.created_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    lines = [f"Checkpoint {manifest.checkpoint_id} of {manifest.worker_id} (taken {taken}, pipeline "
-             f"{manifest.pipeline_fingerprint or '?'}) into {pipeline_path} (pipeline {fingerprint})", ""]
-    lines += _table(("NODE", "ACTION", "STATE", "DETAIL"),
-                    [(d.node, d.action.value, _state_cell(d), d.reason) for d in plan.nodes])
-    if plan.queries:
-        lines += [""] + _table(("QUERY", "RESTORE"), [(q.name, q.reason) for q in plan.queries])
-    lines += [""] + [f"warning: {warning}" for warning in plan.warnings]
-    if plan.refused:
-        lines += ["Restore refused:"] + [f"  - {refusal}" for refusal in plan.refusals()]
-    else:
-        counts = plan.counts()
-        lines.append(f"Restore would go ahead: {counts[Action.KEEP]} kept, {counts[Action.FRESH]} fresh, "
-                     f"{counts[Action.DROP]} dropped.")
-    return "\n".join(lines)
+    return (f"Checkpoint {manifest.checkpoint_id} of {manifest.worker_id} (taken {taken}, pipeline "
+            f"{manifest.pipeline_fingerprint or '?'}) into {pipeline_path} (pipeline {fingerprint})")
 
 
 def plan_command(args: argparse.Namespace, derive: Derive) -> int:
@@ -127,6 +101,7 @@ def plan_command(args: argparse.Namespace, derive: Derive) -> int:
     from worker.runtime.progress import summarize_error
     from worker.stateplan.layout import pipeline_layout
     from worker.stateplan.plan import plan_manifest
+    from worker.stateplan.report import render_plan
 
     manifest = load_manifest(args.source, args.checkpoint)
     try:
@@ -137,7 +112,7 @@ def plan_command(args: argparse.Namespace, derive: Derive) -> int:
     except PySparkException as error:
         raise CommandError(f"{args.pipeline}: {summarize_error(str(error))}") from None
     plan = plan_manifest(manifest, new, force=args.force)
-    print(render_plan(plan, manifest, args.pipeline, new.fingerprint))
+    print(describe_restore(manifest, args.pipeline, new.fingerprint), "", render_plan(plan), sep="\n")
     return REFUSED if plan.refused else GO_AHEAD
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from worker.stateplan.layout import QueryLayout
+
 FORMAT_VERSION = 1
 
 
@@ -31,6 +33,8 @@ class QueryCut:
     offsets: dict[str, int]
     # Path inside the query's working directory -> content.
     files: dict[str, FileEntry]
+    # Its source and stateful nodes; None in manifests written before it was recorded.
+    layout: QueryLayout | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Manifest:
     node_names: tuple[str, ...]
     queries: tuple[QueryCut, ...]
     pipeline_fingerprint: str = ""
+    finished_nodes: tuple[str, ...] = ()     # nodes whose bounded input ended
     format_version: int = field(default=FORMAT_VERSION)
 
     @property
@@ -69,12 +74,14 @@ class Manifest:
                 bytes_copied=int(data["bytes_copied"]),
                 node_names=tuple(data["node_names"]),
                 pipeline_fingerprint=str(data.get("pipeline_fingerprint", "")),
+                finished_nodes=tuple(data.get("finished_nodes", ())),
                 queries=tuple(
                     QueryCut(
                         name=q["name"],
                         batch_id=int(q["batch_id"]),
                         offsets={str(k): int(v) for k, v in q["offsets"].items()},
                         files={path: FileEntry(e["sha256"], int(e["size"])) for path, e in q["files"].items()},
+                        layout=QueryLayout.from_dict(q["layout"]) if q.get("layout") is not None else None,
                     )
                     for q in data["queries"]
                 ),

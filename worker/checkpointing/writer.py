@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +11,7 @@ from worker.checkpointing.cut import committed_batch, list_files, parse_offsets,
 from worker.checkpointing.faults import NO_FAULTS, FaultInjector
 from worker.checkpointing.manifest import FileEntry, Manifest, QueryCut
 from worker.checkpointing.store import CheckpointStore
+from worker.stateplan.layout import QueryLayout
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class _Seen:
 class CheckpointWriter:
     def __init__(self, store: CheckpointStore, query_root: Path, worker_id: str, node_names: tuple[str, ...],
                  pipeline_fingerprint: str, *, clock: Callable[[], float] = time.time,
-                 faults: FaultInjector = NO_FAULTS) -> None:
+                 faults: FaultInjector = NO_FAULTS, layouts: Mapping[str, QueryLayout] | None = None) -> None:
         self.store = store
         self.query_root = query_root
         self.worker_id = worker_id
@@ -32,6 +33,8 @@ class CheckpointWriter:
         self.pipeline_fingerprint = pipeline_fingerprint
         self._clock = clock
         self._faults = faults
+        # Query name -> its layout, recorded so a restore can map state by node name.
+        self.layouts = dict(layouts or {})
         # (query, path) -> what we stored for it last time. Spark never rewrites
         # a committed file in place, but after a restore it writes a new file
         # under an old name: size, mtime and inode tell the two apart.
@@ -109,7 +112,7 @@ class CheckpointWriter:
                     continue
                 files[path], added = stored
                 copied += added
-            queries.append(QueryCut(query, batch, offsets, files))
+            queries.append(QueryCut(query, batch, offsets, files, self.layouts.get(query)))
         self._faults.hit("checkpoint.blobs_copied")
         # 3.
         manifest = Manifest(

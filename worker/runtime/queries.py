@@ -30,7 +30,7 @@ def output_mode(branch: Stream) -> str:
     return "complete" if branch.complete else "append"
 
 
-def _apply(df: DataFrame, node: Node) -> DataFrame:
+def apply_node(df: DataFrame, node: Node) -> DataFrame:
     if node.kind == "map":
         result = node.fn(df)
         if not isinstance(result, DataFrame):
@@ -64,7 +64,7 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
     source, *transforms, sink = branch.nodes
     df = _read(spark, source, settings)
     for node in transforms:
-        df = _apply(df, node)
+        df = apply_node(df, node)
     writer = (
         df.writeStream.queryName(name)
         .outputMode(output_mode(branch))

@@ -1,0 +1,34 @@
+"""A restore plan as text: a node table, a query table, and the verdict.
+Printed by ``sparkpoint plan``; a worker logs the same at restore."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from worker.stateplan.plan import Action, NodeDecision, RestorePlan
+
+
+def _state_cell(decision: NodeDecision) -> str:
+    if decision.old is not None and decision.new is not None and decision.old != decision.new:
+        return f"{decision.old} -> {decision.new}"
+    return str(decision.old or decision.new or "")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (headers, *rows)]
+
+
+def render_plan(plan: RestorePlan) -> str:
+    lines = _table(("NODE", "ACTION", "STATE", "DETAIL"),
+                   [(d.node, d.action.value, _state_cell(d), d.reason) for d in plan.nodes])
+    if plan.queries:
+        lines += [""] + _table(("QUERY", "RESTORE"), [(q.name, q.reason) for q in plan.queries])
+    lines += [""] + [f"warning: {warning}" for warning in plan.warnings]
+    if plan.refused:
+        lines += ["Restore refused:"] + [f"  - {refusal}" for refusal in plan.refusals()]
+    else:
+        counts = plan.counts()
+        lines.append(f"Restore would go ahead: {counts[Action.KEEP]} kept, {counts[Action.FRESH]} fresh, "
+                     f"{counts[Action.DROP]} dropped.")
+    return "\n".join(lines)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import publish_table, spread_row  # noqa: E402
 from sparkpoint.devstack import LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
 from sparkpoint.producer import write_trades  # noqa: E402
@@ -102,17 +103,11 @@ def main() -> None:
         "",
         "| measure | median | min | max |",
         "|---|---|---|---|",
-        *(f"| throughput, {k} (events/s) | {statistics.median(v):,.0f} | {min(v):,.0f} | {max(v):,.0f} |"
-          for k, v in results.items()),
+        *(spread_row(f"throughput, {k} (events/s)", v, ",.0f") for k, v in results.items()),
         f"| throughput ratio, checkpoints on / off | {on / off:.2f} | | |",
-        f"| kill -> first new committed batch (s), {len(kills)} kills | {statistics.median(kills):.1f} | "
-        f"{min(kills):.1f} | {max(kills):.1f} |",
+        spread_row(f"kill -> first new committed batch (s), {len(kills)} kills", kills, ".1f"),
     ]
-    table = "\n".join(lines)
-    print(table)
-    out = Path(__file__).resolve().parent / "results" / "checkpoints.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(table + "\n")
+    publish_table("checkpoints", lines)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Prints a table and writes it to bench/results/docker_recovery.md.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report import publish_table, spread_row  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
 from tests.chaos.compose import REPO, ComposeStack  # noqa: E402
 from tests.support import wait_until  # noqa: E402
@@ -80,14 +80,9 @@ def main() -> None:
         "| measure | median | min | max |",
         "|---|---|---|---|",
         f"| compose up -> both workers running with a checkpoint (s) | {startup:.1f} | | |",
-        f"| crash -> first new committed batch (s), {len(times)} crashes | {statistics.median(times):.1f} | "
-        f"{min(times):.1f} | {max(times):.1f} |",
+        spread_row(f"crash -> first new committed batch (s), {len(times)} crashes", times, ".1f"),
     ]
-    table = "\n".join(lines)
-    print(table)
-    out = Path(__file__).resolve().parent / "results" / "docker_recovery.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(table + "\n")
+    publish_table("docker_recovery", lines)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg  # noqa: E402
 
+from bench.report import publish_table  # noqa: E402
 from sparkpoint.devstack import REPO, LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
 from sparkpoint.producer import write_trades  # noqa: E402
@@ -249,11 +250,7 @@ def main() -> None:
             rates[sink] = throughput_run(Path(tmp) / f"throughput-{len(rates)}", server, sink, args.events)
             print(f"{sink}: {rates[sink]:,.0f} events/s", flush=True)
         lines += [f"| {sink} | {rate:,.0f} | {rate / rates['files']:.2f} |" for sink, rate in rates.items()]
-    table = "\n".join(lines)
-    print(table)
-    out = Path(__file__).resolve().parent / "results" / "sinks.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(table + "\n")
+    publish_table("sinks", lines)
 
 
 if __name__ == "__main__":

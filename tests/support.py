@@ -29,6 +29,13 @@ def wait_until(probe: Callable[[], T | None], *, timeout_s: float, what: str, in
                          + (f" (last error: {last_error})" if last_error else ""))
 
 
+def body_failed(request) -> bool:
+    """In a fixture's teardown: did the test body fail? (``tests/conftest.py``'s
+    report hook records each phase's report on the test item.)"""
+    report = getattr(request.node, "rep_call", None)
+    return report is not None and report.failed
+
+
 def get_json(url: str) -> dict:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:

@@ -8,6 +8,7 @@ import pytest
 
 from sparkpoint.devstack import free_port
 from tests.chaos.compose import REPO, ComposeStack
+from tests.support import body_failed
 
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -30,7 +31,7 @@ def stack(images, request: pytest.FixtureRequest) -> Iterator:
         return compose
 
     yield build
-    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    failed = body_failed(request)
     for compose in stacks:
         if failed:
             compose.save_logs(ARTIFACTS / request.node.name)

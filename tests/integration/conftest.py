@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sparkpoint.devstack import LocalStack, StackConfig, free_port
-from tests.support import log_tails
+from tests.support import body_failed, log_tails
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def make_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
         return stack
 
     yield build
-    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    failed = body_failed(request)
     for stack in stacks:
         if failed:
             print(log_tails(stack))

@@ -195,7 +195,7 @@ def serve(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event, s
     if registered is None:
         return 0
     log.info("registered as %s (index %d of %d); restore: %s", settings.worker_id, registered.worker_index,
-             registered.worker_count, registered.restore_checkpoint_id or "nothing")
+             registered.worker_count, registered.restore.describe())
     if not wait_for_logs(pipeline, settings, stop):
         return 0
     run_dir = fresh_run_dir(settings)
@@ -210,7 +210,7 @@ def serve(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event, s
             return 0
         floor = restore_floor(publisher.marks())
         try:
-            outcome = restore(store, registered.restore_checkpoint_id if checkpoints_on else None, query_root,
+            outcome = restore(store, registered.restore.checkpoint_id if checkpoints_on else None, query_root,
                               floor=floor)
         except RestoreRefused as error:
             exit_with_error(PROGRAM, error)

@@ -94,11 +94,8 @@ class ControllerServicer(pb_grpc.ControllerServicer):
             node_names=tuple(request.node_names),
             checkpoints=tuple(checkpoint_from_pb(c) for c in request.checkpoints),
         ))
-        restore = pb.RestorePlan()
-        if result.restore.checkpoint_id is not None:
-            restore.checkpoint_id = result.restore.checkpoint_id
-        elif result.restore.savepoint_id is not None:
-            restore.savepoint_id = result.restore.savepoint_id
+        decision = result.restore
+        restore = pb.RestorePlan(checkpoint_id=decision.checkpoint_id or 0, savepoint_id=decision.savepoint_id or "")
         return pb.RegisterResponse(
             session_id=result.session_id,
             assignment=pb.Assignment(worker_index=result.worker_index, worker_count=result.worker_count),

@@ -230,5 +230,5 @@ def test_commit_checkpoint_for_a_worker_the_controller_does_not_know(make_client
 def test_registering_over_grpc_reports_the_volumes_checkpoints(make_client):
     client = make_client(checkpoints=lambda: [manifest(1), manifest(2)])
     registered = client.register_once()
-    assert registered.restore_checkpoint_id == 2
+    assert registered.restore.checkpoint_id == 2
     assert registered.last_checkpoint_id == 2

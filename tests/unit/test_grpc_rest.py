@@ -60,7 +60,7 @@ def test_register_once(make_client, service):
     registered = make_client("w1", 1).register_once()
     assert registered.session_id == "s1"
     assert (registered.worker_index, registered.worker_count) == (1, 2)
-    assert registered.restore_checkpoint_id is None and registered.restore_savepoint_id is None
+    assert registered.restore.checkpoint_id is None and registered.restore.savepoint_id == ""
     assert service.worker("w1").pipeline_fingerprint == "fp-1"
 
 
@@ -69,9 +69,9 @@ def test_report_statuses(make_client, service):
     session = client.register_once().session_id
     assert client.session_id == session
     queries = [QueryStatus("out", batch_id=2, offsets={"0": 120, "1": 64}, rows_processed=9, rows_per_second=3.5)]
-    assert client.report(1, pb.WORKER_STATE_RUNNING, queries) == pb.REPORT_STATUS_ACCEPTED
-    assert client.report(1, pb.WORKER_STATE_RUNNING, queries) == pb.REPORT_STATUS_DUPLICATE
-    assert make_client("ghost", 1).report(1, pb.WORKER_STATE_RUNNING, []) == pb.REPORT_STATUS_UNKNOWN_WORKER
+    assert client.report(1, pb.WORKER_STATE_RUNNING, queries).status == pb.REPORT_STATUS_ACCEPTED
+    assert client.report(1, pb.WORKER_STATE_RUNNING, queries).status == pb.REPORT_STATUS_DUPLICATE
+    assert make_client("ghost", 1).report(1, pb.WORKER_STATE_RUNNING, []).status == pb.REPORT_STATUS_UNKNOWN_WORKER
     record = service.worker("w0")
     assert record.state.value == "running"
     assert record.queries[0].offsets == {"0": 120, "1": 64}
@@ -84,14 +84,14 @@ def test_reports_of_an_older_session_are_stale(make_client):
     new = make_client()
     new.register_once()                       # the same worker id, restarted
     assert new.session_id != old.session_id
-    assert old.report(5, pb.WORKER_STATE_RUNNING, []) == pb.REPORT_STATUS_STALE
-    assert new.report(1, pb.WORKER_STATE_RUNNING, []) == pb.REPORT_STATUS_ACCEPTED
+    assert old.report(5, pb.WORKER_STATE_RUNNING, []).status == pb.REPORT_STATUS_STALE
+    assert new.report(1, pb.WORKER_STATE_RUNNING, []).status == pb.REPORT_STATUS_ACCEPTED
 
 
 def test_unspecified_state_is_starting(make_client, service):
     client = make_client()
     client.register_once()
-    assert client.report(1, pb.WORKER_STATE_UNSPECIFIED, []) == pb.REPORT_STATUS_ACCEPTED
+    assert client.report(1, pb.WORKER_STATE_UNSPECIFIED, []).status == pb.REPORT_STATUS_ACCEPTED
     assert service.worker("w0").state.value == "starting"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -40,13 +40,79 @@ class WorkerIdentity:
 
 
 @dataclass(frozen=True)
+class RestoreTarget:
+    """What the controller told this worker to restore (``RestorePlan``)."""
+
+    checkpoint_id: int | None = None     # None: nothing, start from the beginning of the source
+    savepoint_id: str = ""               # the user chose this savepoint
+    import_dir: str = ""                 # an imported savepoint's part, relative to SP_SAVEPOINT_DIR
+    allow_republish: bool = False        # output published past it may be published again
+
+    def describe(self) -> str:
+        if self.checkpoint_id is None:
+            return "nothing"
+        where = f" of savepoint {self.savepoint_id}" if self.savepoint_id else ""
+        imported = f" (imported from {self.import_dir})" if self.import_dir else ""
+        return f"checkpoint {self.checkpoint_id}{where}{imported}"
+
+
+@dataclass(frozen=True)
 class Registered:
     session_id: str
     worker_index: int
     worker_count: int
-    restore_checkpoint_id: int | None
-    restore_savepoint_id: str | None
+    restore: RestoreTarget
     last_checkpoint_id: int
+
+
+# Commands the controller sends with its acknowledgement of a report.
+@dataclass(frozen=True)
+class CheckpointNow:
+    """Take a checkpoint now for this savepoint and answer with its id."""
+
+    savepoint_id: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Stop the queries and register again: a new restore plan waits."""
+
+
+@dataclass(frozen=True)
+class Export:
+    """Copy checkpoint ``checkpoint_id`` of a savepoint to ``dir`` (relative to SP_SAVEPOINT_DIR)."""
+
+    savepoint_id: str
+    checkpoint_id: int
+    dir: str
+
+
+Command = CheckpointNow | Restart | Export
+
+
+@dataclass(frozen=True)
+class ExportAnswer:
+    savepoint_id: str
+    dir: str
+    error: str = ""      # empty: written and durable
+
+
+@dataclass(frozen=True)
+class ReportReply:
+    status: int                          # pb.ReportStatus
+    commands: tuple[Command, ...] = ()
+    pinned: frozenset[int] = frozenset()  # this worker's checkpoints that savepoints pin
+
+
+def command_from_pb(command: pb.Command) -> Command | None:
+    kind = command.WhichOneof("kind")
+    if kind == "checkpoint_now":
+        return CheckpointNow(command.checkpoint_now)
+    if kind == "restart":
+        return Restart()
+    if kind == "export":
+        return Export(command.export.savepoint_id, command.export.checkpoint_id, command.export.dir)
+    return None     # a command of a newer controller: ignored
 
 
 def checkpoint_ref(manifest: Manifest) -> pb.CheckpointRef:
@@ -96,15 +162,14 @@ class ControllerClient:
             if error.code() in RETRYABLE:
                 raise
             raise RegistrationRefused(error.details()) from None
-        restore = response.restore
-        source = restore.WhichOneof("source")
+        plan = response.restore
         self.session_id = response.session_id
         return Registered(
             session_id=response.session_id,
             worker_index=response.assignment.worker_index,
             worker_count=response.assignment.worker_count,
-            restore_checkpoint_id=restore.checkpoint_id if source == "checkpoint_id" else None,
-            restore_savepoint_id=restore.savepoint_id if source == "savepoint_id" else None,
+            restore=RestoreTarget(plan.checkpoint_id or None, plan.savepoint_id, plan.import_dir,
+                                  plan.allow_republish),
             last_checkpoint_id=response.last_checkpoint_id,
         )
 
@@ -131,8 +196,9 @@ class ControllerClient:
 
     def report(self, seq: int, state: int, queries: list[QueryStatus], *, dropped_checkpoints: int = 0,
                restored_checkpoint_id: int = 0, recovery: pb.Recovery | None = None,
-               sinks: list[SinkStatus] = ()) -> int:
-        """Send one progress report; returns the controller's ReportStatus."""
+               sinks: list[SinkStatus] = (), savepoint_answers: Mapping[str, int] | None = None,
+               exports: Sequence[ExportAnswer] = ()) -> ReportReply:
+        """Send one progress report; returns the controller's status, its commands and pins."""
         ack = self._stub.ReportProgress(pb.ProgressReport(
             worker_id=self._identity.worker_id,
             session_id=self.session_id,
@@ -145,8 +211,13 @@ class ControllerClient:
             restored_checkpoint_id=restored_checkpoint_id,
             recovery=recovery,
             sinks=[sink_progress(s) for s in sinks],
+            savepoint_answers=[pb.SavepointAnswer(savepoint_id=savepoint_id, checkpoint_id=checkpoint_id)
+                               for savepoint_id, checkpoint_id in (savepoint_answers or {}).items()],
+            exports=[pb.ExportAnswer(savepoint_id=e.savepoint_id, dir=e.dir, error=e.error) for e in exports],
         ), timeout=self._timeout_s)
-        return ack.status
+        commands = (command_from_pb(c) for c in ack.commands)
+        return ReportReply(ack.status, tuple(c for c in commands if c is not None),
+                           frozenset(ack.pinned_checkpoints))
 
     def commit_checkpoint(self, manifest: Manifest) -> int:
         """Commit a durable checkpoint; returns the id the controller holds as complete."""

@@ -16,7 +16,7 @@ import grpc
 
 from proto.sparkpoint.v1 import controller_pb2 as pb
 from worker.control.backoff import Backoff
-from worker.control.client import ControllerClient, RegistrationRefused
+from worker.control.client import ControllerClient, ExportAnswer, RegistrationRefused, ReportReply
 from worker.publishing.publisher import SinkStatus
 from worker.runtime.progress import QueryStatus
 
@@ -31,12 +31,16 @@ class WorkerSnapshot:
     restored_checkpoint_id: int = 0
     recovery: pb.Recovery | None = None
     sinks: list[SinkStatus] = field(default_factory=list)
+    savepoint_answers: dict[str, int] = field(default_factory=dict)
+    exports: list[ExportAnswer] = field(default_factory=list)
 
 
 class Reporter:
-    def __init__(self, client: ControllerClient, snapshot: Callable[[], WorkerSnapshot], interval_s: float) -> None:
+    def __init__(self, client: ControllerClient, snapshot: Callable[[], WorkerSnapshot], interval_s: float,
+                 on_reply: Callable[[ReportReply], None] = lambda reply: None) -> None:
         self._client = client
         self._snapshot = snapshot
+        self._on_reply = on_reply   # the controller's commands and pins
         self._interval_s = interval_s
         self._seq = 0
         self._stop = threading.Event()
@@ -48,19 +52,22 @@ class Reporter:
         self._thread.start()
 
     def report_now(self) -> int:
-        """Send one report; returns the controller's status."""
+        """Send one report and hand the reply to ``on_reply``; returns the controller's status."""
         self._seq += 1
         snap = self._snapshot()
-        status = self._client.report(self._seq, snap.state, snap.queries,
-                                     dropped_checkpoints=snap.dropped_checkpoints,
-                                     restored_checkpoint_id=snap.restored_checkpoint_id, recovery=snap.recovery,
-                                     sinks=snap.sinks)
-        if status == pb.REPORT_STATUS_UNKNOWN_WORKER:
+        reply = self._client.report(self._seq, snap.state, snap.queries,
+                                    dropped_checkpoints=snap.dropped_checkpoints,
+                                    restored_checkpoint_id=snap.restored_checkpoint_id, recovery=snap.recovery,
+                                    sinks=snap.sinks, savepoint_answers=snap.savepoint_answers,
+                                    exports=snap.exports)
+        if reply.status == pb.REPORT_STATUS_UNKNOWN_WORKER:
             # A restarted controller: register again, keep running what runs.
             registered = self._client.register_once()
             self._seq = 0
             log.info("re-registered with the controller (session %s)", registered.session_id)
-        return status
+        else:
+            self._on_reply(reply)
+        return reply.status
 
     def _run(self) -> None:
         delay = self._interval_s

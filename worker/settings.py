@@ -58,6 +58,8 @@ class WorkerSettings:
     checkpoint_dir: Path
     checkpoint_freq_ms: int         # 0 = checkpoints disabled
     checkpoint_retain: int
+    force_graph_change: bool        # restore a changed pipeline over a checkpoint with finished nodes
+    savepoint_dir: Path             # the savepoint root shared with the controller (exports, imports)
     postgres: str | None            # libpq connection string for PostgreSQL sinks; None: not configured
     test_fault: str                 # a fault sentinel point, for recovery tests only
 
@@ -88,6 +90,8 @@ class WorkerSettings:
             checkpoint_dir=env.path("SP_CHECKPOINT_DIR", f"var/checkpoints/{worker_id}"),
             checkpoint_freq_ms=env.integer("SP_CHECKPOINT_FREQ", 5000, minimum=0, unit="milliseconds"),
             checkpoint_retain=env.integer("SP_CHECKPOINT_RETAIN", 3, minimum=1),
+            force_graph_change=env.boolean("SP_FORCE_GRAPH_CHANGE", False),
+            savepoint_dir=env.path("SP_SAVEPOINT_DIR", "var/savepoints"),
             postgres=postgres_conninfo(env),
             test_fault=environ.get("SP_TEST_FAULT", ""),
         )

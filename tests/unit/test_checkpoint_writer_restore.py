@@ -22,11 +22,16 @@ from worker.checkpointing.restore import RestoreRefused, restore
 from worker.checkpointing.runner import CheckpointCommitter, CheckpointRunner
 from worker.checkpointing.store import CheckpointStore
 from worker.checkpointing.writer import CheckpointWriter
+from worker.stateplan.layout import Column, PipelineLayout, QueryLayout, StatefulNode, StateSchema
 
 WAIT_S = 10.0
 BATCH_METADATA = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1700000000000,
                              "conf": {"spark.sql.shuffle.partitions": "1"}}, separators=(",", ":"))
 COMMIT = b'v1\n{"nextBatchWatermarkMs":0}'    # the same bytes for every batch, as in Spark
+# The pipeline FakeQuery stands for: one query with one stateful node (state/0).
+LAYOUT = PipelineLayout("fp-1", ("src", "count_state", "counts"), {"counts": QueryLayout(
+    "src", "source.log:{}", (StatefulNode("count_state", StateSchema((Column("k", "string"),),
+                                                                     (Column("n", "bigint", "count(1)"),))),))})
 
 
 def spark_write(path: Path, data: bytes) -> None:
@@ -74,7 +79,8 @@ def store(tmp_path) -> CheckpointStore:
 
 @pytest.fixture
 def writer(store, query_root) -> CheckpointWriter:
-    return CheckpointWriter(store, query_root, "w0", ("src", "counts"), "fp-1", clock=lambda: 1700000000.0)
+    return CheckpointWriter(store, query_root, "w0", LAYOUT.node_names, "fp-1", clock=lambda: 1700000000.0,
+                            layouts=LAYOUT.queries)
 
 
 # --- CheckpointWriter -------------------------------------------------------------------
@@ -91,7 +97,8 @@ def test_take_cuts_at_the_highest_committed_batch(writer, store, query_root):
     assert cut.offsets == {"0": 200, "1": 10}
     assert set(cut.files) == {"metadata", "offsets/0", "offsets/1", "commits/0", "commits/1",
                               "state/0/0/1.delta", "state/0/0/2.delta"}
-    assert manifest.node_names == ("src", "counts")
+    assert manifest.node_names == ("src", "count_state", "counts")
+    assert cut.layout == LAYOUT.queries["counts"]
     assert store.load(1) == manifest
 
 
@@ -161,7 +168,7 @@ def test_a_checkpoint_taken_after_a_blob_went_bad_is_intact(store, query_root, t
     # Disk corruption in a blob every checkpoint shares (each commits/N has these bytes).
     blob = store.blob_path(first.queries[0].files["commits/0"].sha256)
     blob.write_bytes(COMMIT.replace(b"v1", b"v2"))
-    assert restore(store, 1, tmp_path / "fresh").manifest is None      # 1 is corrupt: reported
+    assert restore(store, 1, tmp_path / "fresh", LAYOUT).manifest is None      # 1 is corrupt: reported
     # The restarted worker goes on checkpointing the intact working directory.
     query.batch(2)
     second = CheckpointWriter(store, query_root, "w0", ("src", "counts"), "fp-1").take(2)
@@ -189,7 +196,7 @@ def blob_only_in(newer: Manifest, older: Manifest, store: CheckpointStore) -> tu
 def test_restore_rebuilds_the_chosen_checkpoint(store, two_checkpoints, tmp_path):
     _, second = two_checkpoints
     target = tmp_path / "fresh" / "queries"
-    outcome = restore(store, 2, target)
+    outcome = restore(store, 2, target, LAYOUT)
     assert outcome.manifest == second
     assert outcome.corrupt == []
     assert files_under(target / "counts") == {path: store.blob_path(entry.sha256).read_bytes()
@@ -202,7 +209,7 @@ def test_restore_falls_back_when_the_newest_manifest_is_truncated(store, two_che
     manifest_file = store.manifest_path(2)
     manifest_file.write_bytes(manifest_file.read_bytes()[:100])
     target = tmp_path / "fresh" / "queries"
-    outcome = restore(store, 2, target)
+    outcome = restore(store, 2, target, LAYOUT)
     assert outcome.manifest == first
     assert len(outcome.corrupt) == 1 and str(manifest_file) in outcome.corrupt[0]
     assert set(files_under(target / "counts")) == set(first.queries[0].files)
@@ -216,7 +223,7 @@ def test_restore_falls_back_when_a_blob_of_the_newest_is_corrupt(store, two_chec
     data[-1] ^= 0x01
     blob.write_bytes(bytes(data))
     target = tmp_path / "fresh" / "queries"
-    outcome = restore(store, 2, target)
+    outcome = restore(store, 2, target, LAYOUT)
     assert outcome.manifest == first
     assert len(outcome.corrupt) == 1
     assert "checkpoint 2" in outcome.corrupt[0] and path in outcome.corrupt[0]
@@ -225,32 +232,32 @@ def test_restore_falls_back_when_a_blob_of_the_newest_is_corrupt(store, two_chec
 
 def test_restore_refuses_to_go_below_the_floor(store, two_checkpoints, tmp_path):
     with pytest.raises(RestoreRefused, match="no intact checkpoint at or after 3"):
-        restore(store, 2, tmp_path / "fresh", floor=3)
+        restore(store, 2, tmp_path / "fresh", LAYOUT, floor=3)
 
 
 def test_restore_refuses_when_the_only_checkpoint_above_the_floor_is_corrupt(store, two_checkpoints, tmp_path):
     store.manifest_path(2).write_text("{")
     with pytest.raises(RestoreRefused) as raised:
-        restore(store, 2, tmp_path / "fresh", floor=2)
+        restore(store, 2, tmp_path / "fresh", LAYOUT, floor=2)
     assert "000000000002.json" in str(raised.value)
 
 
 def test_restore_refuses_when_the_volume_holds_no_checkpoint_but_a_sink_published(store, tmp_path):
     # A lost volume: replaying from the beginning would publish everything again.
     with pytest.raises(RestoreRefused, match="restoring an older one \\(or none\\)"):
-        restore(store, None, tmp_path / "fresh", floor=4)
+        restore(store, None, tmp_path / "fresh", LAYOUT, floor=4)
 
 
 def test_nothing_intact_and_no_floor_restores_nothing(store, two_checkpoints, tmp_path):
     for checkpoint_id in (1, 2):
         store.manifest_path(checkpoint_id).write_text('{"checkpoint_id": ')
-    outcome = restore(store, 2, tmp_path / "fresh")
+    outcome = restore(store, 2, tmp_path / "fresh", LAYOUT)
     assert outcome.manifest is None
     assert len(outcome.corrupt) == 2
 
 
 def test_no_chosen_checkpoint_restores_nothing(store, two_checkpoints, tmp_path):
-    assert restore(store, None, tmp_path / "fresh").manifest is None
+    assert restore(store, None, tmp_path / "fresh", LAYOUT).manifest is None
 
 
 # --- CheckpointRunner + CheckpointCommitter (threaded) --------------------------------
@@ -470,3 +477,128 @@ def test_a_failed_checkpoint_is_counted_and_the_next_one_is_taken(runner_parts, 
     clock.now += FREQ_MS
     controller.wait_for(lambda: controller.completed == [2])
     assert store.checkpoint_ids() == [2]
+
+
+# --- on-demand checkpoints (savepoints) and pins ------------------------------------------
+
+class Answers:
+    """Collects a runner's answers to requests; ``wait`` for the n-th."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, checkpoint_id: int) -> None:
+        with self._cond:
+            self.ids.append(checkpoint_id)
+            self._cond.notify_all()
+
+    def wait(self, count: int) -> list[int]:
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self.ids) >= count, timeout=WAIT_S)
+            return self.ids
+
+
+def test_a_requested_checkpoint_is_taken_at_once_and_answered_with_its_id(runner_parts, store):
+    start, clock, controller, _, _, _ = runner_parts
+    runner, _ = start()
+    answers = Answers()
+    runner.request(answers)                                    # no interval passes on the clock
+    assert answers.wait(1) == [1]
+    assert store.checkpoint_ids() == [1]
+
+
+def test_a_request_while_idle_is_answered_with_the_newest_checkpoint(runner_parts, store):
+    start, clock, controller, _, _, _ = runner_parts
+    runner, scheduler = start()
+    next_checkpoint(clock, controller, 1)
+    answers = Answers()
+    runner.request(answers)
+    assert answers.wait(1) == [1]                              # nothing new to cut: 1 covers it
+    assert store.checkpoint_ids() == [1]
+
+
+def test_pinned_checkpoints_survive_retention(runner_parts, store):
+    start, clock, controller, _, query, _ = runner_parts
+    runner, _ = start(retain=1)
+    next_checkpoint(clock, controller, 1)
+    controller.wait_for(lambda: controller.completed == [1])
+    runner.pin(frozenset({1}))
+    for checkpoint_id in (2, 3):
+        query.batch(checkpoint_id - 1)
+        next_checkpoint(clock, controller, checkpoint_id)
+    controller.wait_for(lambda: controller.completed == [1, 2, 3])
+    assert store.checkpoint_ids() == [1, 3]
+    store.verify(store.load(1))                                # its blobs were not collected
+
+
+# --- export and import (savepoints) -------------------------------------------------------
+
+def test_an_exported_checkpoint_imports_into_another_store_under_a_new_id(store, two_checkpoints, tmp_path):
+    from worker.checkpointing.transfer import export_checkpoint, import_checkpoint
+
+    _, second = two_checkpoints
+    exported = tmp_path / "savepoints" / "nightly" / "worker-0"
+    export_checkpoint(store, 2, exported)
+    other = CheckpointStore(tmp_path / "elsewhere")
+    imported = import_checkpoint(exported, 2, other, new_id=9)
+    assert imported.checkpoint_id == 9 and imported.queries == second.queries
+    assert other.checkpoint_ids() == [9]
+    other.verify(other.load(9))
+    target = tmp_path / "restored" / "queries"
+    assert restore(other, 9, target, LAYOUT).manifest == imported
+    assert files_under(target / "counts") == {p: store.blob_path(e.sha256).read_bytes()
+                                              for p, e in second.queries[0].files.items()}
+
+
+def test_a_corrupt_export_is_not_imported(store, two_checkpoints, tmp_path):
+    from worker.checkpointing.store import CorruptCheckpoint
+    from worker.checkpointing.transfer import export_checkpoint, import_checkpoint
+
+    exported = tmp_path / "export"
+    manifest = export_checkpoint(store, 2, exported)
+    blob = CheckpointStore(exported).blob_path(manifest.queries[0].files["offsets/2"].sha256)
+    blob.write_bytes(blob.read_bytes() + b"x")
+    other = CheckpointStore(tmp_path / "elsewhere")
+    with pytest.raises(CorruptCheckpoint, match="offsets/2"):
+        import_checkpoint(exported, 2, other, new_id=3)
+    assert other.checkpoint_ids() == []
+
+
+# --- restore into a changed pipeline --------------------------------------------------------
+
+def test_a_stateful_node_inserted_upstream_gets_an_empty_state_on_restore(store, two_checkpoints, tmp_path):
+    from worker.stateplan.sparkfiles import EMPTY_LZ4_SNAPSHOT
+
+    dedupe = StatefulNode("dedupe", StateSchema((Column("id", "bigint"),), ()))
+    changed = PipelineLayout("fp-2", ("src", "dedupe", "count_state", "counts"), {"counts": QueryLayout(
+        "src", "source.log:{}", (dedupe,) + LAYOUT.queries["counts"].stateful)})
+    target = tmp_path / "fresh" / "queries"
+    outcome = restore(store, 2, target, changed)
+    assert [(d.node, d.action.value) for d in outcome.plan.nodes] == [
+        ("src", "keep"), ("dedupe", "fresh"), ("count_state", "keep"), ("counts", "keep")]
+    files = files_under(target / "counts")
+    # The kept node stays operator 0; the new one (upstream) is operator 1 and
+    # starts empty at version 3, the one batch 3 loads; Spark's operator
+    # metadata is left out, so it is written afresh.
+    assert files["state/0/0/3.delta"] == files_under(tmp_path / "run" / "queries" / "counts")["state/0/0/3.delta"]
+    assert files["state/1/0/3.snapshot"] == EMPTY_LZ4_SNAPSHOT
+    assert "offsets/2" in files and "metadata" in files
+
+
+def test_a_renamed_query_continues_its_origin_under_a_new_query_id(store, two_checkpoints, tmp_path):
+    renamed = PipelineLayout("fp-2", ("src", "count_state", "totals"), {"totals": LAYOUT.queries["counts"]})
+    target = tmp_path / "fresh" / "queries"
+    outcome = restore(store, 2, target, renamed)
+    assert [(q.name, q.batch_id) for q in outcome.resumed.queries] == [("totals", 2)]
+    assert not (target / "counts").exists()
+    metadata = json.loads((target / "totals" / "metadata").read_text())
+    assert metadata["id"] != json.loads((tmp_path / "run" / "queries" / "counts" / "metadata").read_text())["id"]
+
+
+def test_a_plan_that_is_refused_stops_the_restore_naming_the_node(store, two_checkpoints, tmp_path):
+    changed_value = StateSchema((Column("k", "string"),), (Column("n", "bigint", "sum(size)"),))
+    refused = PipelineLayout("fp-2", LAYOUT.node_names, {"counts": QueryLayout(
+        "src", "source.log:{}", (StatefulNode("count_state", changed_value),))})
+    with pytest.raises(RestoreRefused, match="count_state: value column n changed from count\\(1\\) to sum\\(size\\)"):
+        restore(store, 2, tmp_path / "fresh", refused)

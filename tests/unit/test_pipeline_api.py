@@ -298,3 +298,30 @@ def test_to_postgres_is_validated(call, needle):
 def test_to_postgres_accepts_a_schema_and_a_composite_key():
     node = sp.write.to_postgres("analytics.vwap", key=["sym", "venue"], version="trades").node
     assert node.params == {"table": "analytics.vwap", "key": ["sym", "venue"], "version": "trades"}
+
+
+def bounded_pipeline():
+    trades = sp.read.from_log("trades", schema="id long, sym string", name="trades", bounded=True)
+    quotes = sp.read.from_log("quotes", schema="id long, sym string", name="quotes")
+    return sp.Pipeline.of(
+        trades | sp.deduplicate("id", name="dedupe") | sp.write.to_files("a", name="a_out"),
+        trades | sp.aggregate("sym", {"n": "count(1)"}, name="counts") | sp.write.to_files("b", name="b_out"),
+        quotes | sp.write.to_files("c", name="c_out"),
+    )
+
+
+def test_a_node_is_finished_once_every_branch_through_it_has_finished():
+    pipeline = bounded_pipeline()
+    assert [b.bounded for b in pipeline.branches] == [True, True, False]
+    assert pipeline.finished_nodes(set()) == ()
+    # The shared source still feeds b_out: only a_out's own nodes are finished.
+    assert pipeline.finished_nodes({"a_out"}) == ("dedupe", "a_out")
+    assert pipeline.finished_nodes({"a_out", "b_out"}) == ("trades", "dedupe", "a_out", "counts", "b_out")
+
+
+def test_deduplicate_is_stateful_but_does_not_make_its_branch_aggregate():
+    pipeline = bounded_pipeline()
+    assert pipeline.node("dedupe").is_stateful and pipeline.node("counts").is_stateful
+    assert [b.complete for b in pipeline.branches] == [False, True, False]
+    with pytest.raises(sp.PipelineError, match="key columns"):
+        sp.deduplicate([])

@@ -417,3 +417,37 @@ def test_each_sink_gets_its_contract_target_and_staging(tmp_path, freq, files_co
     assert built["enriched_out"].book.contract is files_contract
     assert built["enriched_out"].target.directory == tmp_path / "out" / "trades_enriched"
     assert built["enriched_out"].staging.run_dir == tmp_path / "staging" / "enriched_out" / "run-9"
+
+
+def test_rewinding_the_files_mark_takes_back_the_files_past_it(tmp_path):
+    staging = fresh_staging(tmp_path)
+    for batch_id in range(3):
+        stage(staging, batch_id, [batch_id])
+    out = tmp_path / "out"
+    target = FilesTarget(out, WORKER, complete=False)
+    target.publish([staging.batch(b) for b in range(3)], Mark(4, 2))
+    target.rewind(Mark(2, 0))
+    assert read_mark(out, WORKER) == Mark(2, 0)
+    assert ids_in(out) == [0]
+    assert [p.name for p in out.glob("*.parquet")] == [f"{WORKER}-b0000000000-0000.parquet"]
+
+
+def test_a_rewound_publisher_publishes_the_batches_past_the_restored_cut_again(tmp_path):
+    target = FakeTarget()
+    target.rewind = lambda mark: setattr(target, "mark", mark)
+    publisher, staging = publisher_for(tmp_path, target)
+    target.mark = Mark(5, 4)
+    publisher.resume_all(threading.Event())
+    assert publisher.rewind(manifest(2, 1)) == [
+        "sink out: published up to checkpoint 5, batch 4; rewound to checkpoint 2, batch 1: its output past that "
+        "is published again"]
+    assert target.mark == Mark(2, 1)
+    # Spark replays batches 2.. after the restored checkpoint; they publish again.
+    for batch_id in (2, 3):
+        stage(staging, batch_id, [batch_id])
+    publisher.restored(manifest(2, 1))
+    publisher.durable(manifest(6, 3))
+    publisher.completed(6)
+    publisher.step()
+    assert (target.rows, target.mark) == ([2, 3], Mark(6, 3))
+    assert publisher.rewind(manifest(6, 3)) == []              # nothing past it: nothing to rewind

@@ -18,7 +18,7 @@ from typing import Any
 from worker.api.graph import Node, Operator, Pipeline, PipelineError, Stream
 from worker.api.loader import record_pipeline
 
-__all__ = ["read", "write", "map", "filter", "aggregate", "run", "Pipeline", "PipelineError"]
+__all__ = ["read", "write", "map", "filter", "aggregate", "deduplicate", "run", "Pipeline", "PipelineError"]
 
 TABLE_PATTERN = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
@@ -26,18 +26,25 @@ TABLE_PATTERN = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 class _Read:
     @staticmethod
     def from_log(log: str, *, schema: str, name: str | None = None,
-                 max_records_per_batch: int | None = None) -> Stream:
+                 max_records_per_batch: int | None = None, bounded: bool = False) -> Stream:
         """Read the event log ``log`` under ``SP_LOG_DIR``; this worker reads only its partitions.
 
         ``schema`` is a Spark DDL string of the event fields. ``max_records_per_batch``
         (default: the worker's ``SP_MAX_RECORDS_PER_BATCH``) caps each micro-batch,
         which keeps batches small while a recovering worker replays its backlog.
+        ``bounded``: read the log as it is when the query starts, to its end,
+        then finish (Spark's ``availableNow`` trigger). Once every branch of a
+        node has finished, the node is *finished*: checkpoints record it, a
+        restart leaves it finished, and a changed pipeline is refused unless
+        ``SP_FORCE_GRAPH_CHANGE=true``.
         """
         if max_records_per_batch is not None and max_records_per_batch < 1:
             raise PipelineError(f"from_log({log!r}): max_records_per_batch must be positive")
         params: dict[str, Any] = {"log": log, "schema": schema}
         if max_records_per_batch is not None:
             params["max_records_per_batch"] = max_records_per_batch
+        if bounded:
+            params["bounded"] = True
         return Stream((Node("source.log", params, name),))
 
 
@@ -130,6 +137,17 @@ def aggregate(by: str | list[str], aggregations: Mapping[str, str], *, name: str
     if not keys or not aggregations:
         raise PipelineError("sp.aggregate() needs key columns and at least one aggregation")
     return Operator(Node("aggregate", {"by": keys, "aggregations": dict(aggregations)}, name))
+
+
+def deduplicate(by: str | list[str], *, name: str | None = None) -> Operator:
+    """Drop rows whose ``by`` columns were seen before (e.g. an event id
+    delivered twice). Stateful: name it. Its state holds every key seen, for
+    the life of the pipeline.
+    """
+    keys = [by] if isinstance(by, str) else list(by)
+    if not keys:
+        raise PipelineError("sp.deduplicate() needs key columns")
+    return Operator(Node("deduplicate", {"by": keys}, name))
 
 
 def run(*streams: Stream) -> Pipeline:

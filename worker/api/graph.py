@@ -40,7 +40,7 @@ class Node:
 
     @property
     def is_stateful(self) -> bool:
-        return self.kind == "aggregate"
+        return self.kind in ("aggregate", "deduplicate")
 
 
 class Operator:
@@ -71,10 +71,15 @@ class Stream:
         return self.nodes[-1]
 
     @property
+    def bounded(self) -> bool:
+        """Whether the branch reads a bounded source: its query finishes at the end of its input."""
+        return bool(self.nodes[0].params.get("bounded"))
+
+    @property
     def complete(self) -> bool:
         """Whether the branch aggregates: its query then runs in Spark's complete
         mode, and every batch it writes is the whole result table."""
-        return any(node.is_stateful for node in self.nodes)
+        return any(node.kind == "aggregate" for node in self.nodes)
 
 
 def _code_digest(code: Any, digest: Any) -> None:
@@ -149,6 +154,16 @@ class Pipeline:
                                         "explicit name: name the node")
                 node.name = name
                 taken[name] = node
+
+    def finished_nodes(self, finished_branches: set[str]) -> tuple[str, ...]:
+        """Nodes every branch of which has finished (branches are named after
+        their sinks), in pipeline order: a source read by a running branch
+        too is not finished yet."""
+        running = {id(node) for branch in self.branches if branch.sink.name not in finished_branches
+                   for node in branch.nodes}
+        return tuple(node.name for node in self.nodes()
+                     if id(node) not in running and any(node in b.nodes for b in self.branches
+                                                        if b.sink.name in finished_branches))
 
     def node(self, name: str) -> Node:
         for node in self.nodes():

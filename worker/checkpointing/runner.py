@@ -2,7 +2,8 @@
 
 - the *ticker* asks the scheduler every few milliseconds whether a checkpoint is
   due, and hands a due one to the writer -- or counts it dropped if the writer
-  is still busy with the previous one;
+  is still busy with the previous one; a requested checkpoint (a savepoint's)
+  starts as soon as none is in flight;
 - the *writer* takes the checkpoint, applies retention and garbage
   collection, and hands the durable checkpoint to ``on_durable`` (the sinks'
   publisher learns each query's batch in it) and to the committer;
@@ -102,6 +103,11 @@ class CheckpointRunner:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._due: int | None = None
+        # On-demand requests (savepoints): each gets the id of the checkpoint
+        # that covers the state as of its request.
+        self._requests: list[Callable[[int], None]] = []
+        self._due_requests: list[Callable[[int], None]] = []
+        self._pinned: frozenset[int] = frozenset()
         self._stop = threading.Event()
         self.last: Manifest | None = None
         self.failed = 0
@@ -117,9 +123,27 @@ class CheckpointRunner:
         with self._lock:
             return CheckpointStats(self.last, self._scheduler.dropped, self.failed)
 
+    def request(self, on_taken: Callable[[int], None]) -> None:
+        """Take a checkpoint as soon as none is in flight, outside the schedule.
+        ``on_taken`` gets the id of the checkpoint covering the state as of
+        now: the one taken, or the newest durable one if nothing was committed
+        since it (an idle pipeline)."""
+        with self._lock:
+            self._requests.append(on_taken)
+
+    def pin(self, checkpoint_ids: frozenset[int]) -> None:
+        """Checkpoints retention must keep (savepoints pin them)."""
+        with self._lock:
+            self._pinned = frozenset(checkpoint_ids)
+
     def _tick_loop(self) -> None:
         while not self._stop.wait(self._tick_s):
             with self._lock:
+                if self._requests and self._scheduler.in_flight is None and self._due is None:
+                    self._due = self._scheduler.start().checkpoint_id
+                    self._due_requests, self._requests = self._requests, []
+                    self._work.notify()
+                    continue
                 result = self._scheduler.tick(self._clock_ms())
                 if result.kind is Tick.DUE:
                     self._due = result.checkpoint_id
@@ -136,6 +160,7 @@ class CheckpointRunner:
                 if self._stop.is_set():
                     return
                 checkpoint_id, self._due = self._due, None
+                requests, self._due_requests = self._due_requests, []
             empty = False
             try:
                 manifest = self._writer.take(checkpoint_id)
@@ -150,6 +175,7 @@ class CheckpointRunner:
             finally:
                 with self._lock:
                     self._scheduler.finished(checkpoint_id, taken=not empty)
+            self._answer(requests, manifest, failed=not empty and manifest is None)
             if manifest is not None:
                 with self._lock:
                     self.last = manifest
@@ -159,9 +185,27 @@ class CheckpointRunner:
                 self._on_durable(manifest)
                 self._committer.offer(manifest)
 
+    def _answer(self, requests: list[Callable[[int], None]], manifest: Manifest | None, *, failed: bool) -> None:
+        """Answer on-demand requests; without a checkpoint to name (it failed,
+        or nothing was ever committed) they wait for the next one."""
+        if not requests:
+            return
+        with self._lock:
+            newest = self.last.checkpoint_id if self.last else max(self._store.checkpoint_ids(), default=0)
+        covering = manifest.checkpoint_id if manifest is not None else 0 if failed else newest
+        if covering == 0:
+            with self._lock:
+                self._requests = requests + self._requests
+            return
+        for on_taken in requests:
+            on_taken(covering)
+
     def _retire_old(self) -> None:
-        """Retention, then garbage collection of what no kept checkpoint references."""
-        doomed = retention_plan(self._store.checkpoint_ids(), self._retain)
+        """Retention (sparing pinned checkpoints), then garbage collection of
+        what no kept checkpoint references."""
+        with self._lock:
+            pinned = self._pinned
+        doomed = retention_plan(self._store.checkpoint_ids(), self._retain, pinned)
         for checkpoint_id in doomed:
             self._store.delete(checkpoint_id)
         kept, _ = self._store.readable()

@@ -40,6 +40,8 @@ class CheckpointWriter:
         # under an old name: size, mtime and inode tell the two apart.
         self._seen: dict[tuple[str, str], _Seen] = {}
         self._last_signature: object = None
+        # Nodes whose bounded input ended (set by the worker as branches finish).
+        self.finished_nodes: tuple[str, ...] = ()
 
     def _cut(self, query: str) -> tuple[int, dict[str, int], list[str]] | None:
         query_dir = self.query_root / query
@@ -95,8 +97,10 @@ class CheckpointWriter:
                 cuts[query] = cut
         if not cuts:
             return None
-        # Same files, same stat as last time: nothing was committed since.
-        signature = {query: (batch, self._stat_signature(query, paths)) for query, (batch, _, paths) in cuts.items()}
+        # Same files, same stat, same finished nodes as last time: nothing happened since.
+        finished = self.finished_nodes
+        signature = ({query: (batch, self._stat_signature(query, paths)) for query, (batch, _, paths) in cuts.items()},
+                     finished)
         if signature == self._last_signature:
             return None
         # 2.
@@ -124,6 +128,7 @@ class CheckpointWriter:
             node_names=self.node_names,
             queries=tuple(queries),
             pipeline_fingerprint=self.pipeline_fingerprint,
+            finished_nodes=finished,
         )
         self.store.write_manifest(manifest)
         self._last_signature = signature

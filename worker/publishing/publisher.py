@@ -123,6 +123,24 @@ class Publisher:
         with self._lock:
             return [p.book.mark for p in self.publications if p.book.contract is Contract.ON_COMPLETION]
 
+    def rewind(self, manifest: Manifest) -> list[str]:
+        """The user restored ``manifest`` (an older savepoint) and accepted that
+        output published past it is published again: move every transactional
+        sink's mark back to its cut. Returns one line per sink rewound."""
+        rewound = []
+        with self._lock:
+            for publication, batch_id in self._cuts(manifest):
+                old = publication.book.mark
+                if publication.book.contract is Contract.ON_COMPLETION and old is not None \
+                        and old.batch_id > batch_id:
+                    mark = Mark(manifest.checkpoint_id, batch_id)
+                    publication.target.rewind(mark)
+                    publication.book.resume(mark)
+                    rewound.append(f"sink {publication.name}: published up to checkpoint {old.checkpoint_id}, "
+                                   f"batch {old.batch_id}; rewound to checkpoint {mark.checkpoint_id}, "
+                                   f"batch {batch_id}: its output past that is published again")
+        return rewound
+
     def restored(self, manifest: Manifest) -> None:
         with self._lock:
             for publication, batch_id in self._cuts(manifest):

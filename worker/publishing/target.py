@@ -26,6 +26,11 @@ class Target(Protocol):
         failed publish; None if nothing was published (or the target keeps no
         mark). Cleans up what an interrupted publish left behind."""
 
+    def rewind(self, mark: Mark) -> None:
+        """Record ``mark``, older than the current one: the user restored an
+        older savepoint and accepted that output past it is published again.
+        A target that can take published output back (files) does so."""
+
     def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
         """Publish ``batches`` and record ``mark``, atomically. An exception
         means the outcome may be unknown: the publisher calls ``resume`` before

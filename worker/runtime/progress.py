@@ -81,6 +81,11 @@ class ProgressTracker:
                 rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
             )
 
+    def finished(self, name: str, batch_id: int, offsets: dict[str, int]) -> None:
+        """A query that stays finished (restored finished, not started again)."""
+        with self._lock:
+            self._queries[name] = QueryStatus(name, batch_id, dict(offsets), active=False)
+
     def on_terminated(self, name: str, error: str | None) -> None:
         with self._lock:
             current = self._queries.get(name, QueryStatus(name))

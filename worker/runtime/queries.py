@@ -39,6 +39,8 @@ def apply_node(df: DataFrame, node: Node) -> DataFrame:
     if node.kind == "filter":
         condition = node.params["condition"] if node.fn is None else node.fn(df)
         return df.filter(condition)
+    if node.kind == "deduplicate":
+        return df.dropDuplicates(node.params["by"])
     if node.kind == "aggregate":
         aggregations = [F.expr(expr).alias(column) for column, expr in node.params["aggregations"].items()]
         return df.groupBy(*node.params["by"]).agg(*aggregations)
@@ -69,8 +71,11 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
         df.writeStream.queryName(name)
         .outputMode(output_mode(branch))
         .option("checkpointLocation", str(query_root / name))
-        .trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     )
+    if branch.bounded:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     if name in staging:
         # Files and PostgreSQL sinks stage each batch; the publisher delivers it.
         writer = writer.format(STAGING_FORMAT).option("path", str(staging[name]))
@@ -81,7 +86,9 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
     return writer.option("workerId", settings.worker_id).option("queryName", name).start()
 
 
-def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings,
-                  query_root: Path, staging: dict[str, Path]) -> list[StreamingQuery]:
-    """``staging``: each staged sink's staging directory for this run."""
-    return [start_branch(spark, branch, settings, query_root, staging) for branch in pipeline.branches]
+def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, query_root: Path,
+                  staging: dict[str, Path], finished: set[str] = frozenset()) -> list[StreamingQuery]:
+    """``staging``: each staged sink's staging directory for this run;
+    ``finished``: branches that stay finished (not started)."""
+    return [start_branch(spark, branch, settings, query_root, staging) for branch in pipeline.branches
+            if branch.sink.name not in finished]

@@ -111,6 +111,16 @@ class FilesTarget:
             stray.unlink(missing_ok=True)
         return mark
 
+    def rewind(self, mark: Mark) -> None:
+        """The older mark, then ``resume``'s clean-up: this worker's files past
+        it are removed (readers never see them twice)."""
+        self._write_mark(mark)
+        self.resume()
+
+    def _write_mark(self, mark: Mark) -> None:
+        atomic_write(self.directory / MARKS / f"{self.worker_id}.json",
+                     json.dumps({"checkpoint_id": mark.checkpoint_id, "batch_id": mark.batch_id}).encode())
+
     def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
         """Steps:
         1. Place each batch's files as ``<worker>-b<batch>-<task>.parquet``,
@@ -134,8 +144,7 @@ class FilesTarget:
         fsync_dir(self.directory)
         self._faults.hit("publish.files_placed")
         # 3.
-        atomic_write(self.directory / MARKS / f"{self.worker_id}.json",
-                     json.dumps({"checkpoint_id": mark.checkpoint_id, "batch_id": mark.batch_id}).encode())
+        self._write_mark(mark)
         # 4.
         if self.complete:
             self._remove_older_tables(mark.batch_id)

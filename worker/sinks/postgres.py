@@ -148,6 +148,19 @@ class PostgresTransactionalTarget:
             raise
         return self._mark
 
+    def rewind(self, mark: Mark) -> None:
+        """The older mark; the rows published past it stay (a database's
+        readers may have used them) and are published again."""
+        try:
+            conn = self._connection.get()
+            conn.execute(sql.SQL("UPDATE {} SET checkpoint_id = %s, batch_id = %s, published_at = now() "
+                                 "WHERE sink = %s AND worker = %s").format(sql.Identifier(PROGRESS_TABLE)),
+                         (mark.checkpoint_id, mark.batch_id, self.sink, self.worker_id))
+        except BaseException:
+            self._connection.close()
+            raise
+        self._mark = mark
+
     def _read_mark(self, conn: psycopg.Connection, *, lock: bool = False) -> Mark | None:
         query = sql.SQL("SELECT checkpoint_id, batch_id FROM {} WHERE sink = %s AND worker = %s{}").format(
             sql.Identifier(PROGRESS_TABLE), sql.SQL(" FOR UPDATE") if lock else sql.SQL(""))
@@ -215,6 +228,9 @@ class PostgresUpsertTarget:
 
     def resume(self) -> Mark | None:
         return None
+
+    def rewind(self, mark: Mark) -> None:
+        pass        # no mark: versions keep replays from moving rows backwards
 
     def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
         """One transaction. Steps:

@@ -33,6 +33,12 @@ def aggregate_schema(node: Node, output: StructType) -> StateSchema:
     )
 
 
+def deduplicate_schema(node: Node, input_: StructType) -> StateSchema:
+    """A deduplicate node's state: the key columns it has seen (no value)."""
+    types = {f.name: f.dataType.simpleString() for f in input_.fields}
+    return StateSchema(key=tuple(Column(name, types[name]) for name in node.params["by"]), value=())
+
+
 def stateful_schemas(pipeline: Pipeline, spark: SparkSession) -> dict[str, StateSchema]:
     """Node name -> key and value columns, for every stateful node."""
     from worker.runtime.queries import apply_node
@@ -42,7 +48,10 @@ def stateful_schemas(pipeline: Pipeline, spark: SparkSession) -> dict[str, State
         source, *transforms, _sink = branch.nodes
         df = spark.createDataFrame([], source.params["schema"])
         for node in transforms:
+            before = df.schema
             df = apply_node(df, node)
-            if node.is_stateful:
+            if node.kind == "deduplicate":
+                schemas[node.name] = deduplicate_schema(node, before)
+            elif node.is_stateful:
                 schemas[node.name] = aggregate_schema(node, df.schema)
     return schemas

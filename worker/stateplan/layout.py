@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from worker.checkpointing.manifest import Manifest
 
 # Source parameters that do not change what an offset points at: a new
-# schema or batch cap reads the same log, so the old offsets still apply.
-_POSITION_NEUTRAL_PARAMS = frozenset({"schema", "max_records_per_batch"})
+# schema, batch cap or end reads the same log, so the old offsets still apply.
+_POSITION_NEUTRAL_PARAMS = frozenset({"schema", "max_records_per_batch", "bounded"})
 
 
 @dataclass(frozen=True)

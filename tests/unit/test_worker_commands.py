@@ -1,0 +1,80 @@
+"""The worker's side of the controller's commands: each command started once
+however often it is repeated, answers repeated until they arrived, pins."""
+
+from __future__ import annotations
+
+from proto.sparkpoint.v1 import controller_pb2 as pb
+from worker.control.client import CheckpointNow, Export, ExportAnswer, ReportReply, Restart
+from worker.control.commands import CommandBook, StartExport, TakeCheckpoint
+
+ACCEPTED = pb.REPORT_STATUS_ACCEPTED
+
+
+def reply(*commands, pinned=(), status=ACCEPTED) -> ReportReply:
+    return ReportReply(status, tuple(commands), frozenset(pinned))
+
+
+def test_a_repeated_checkpoint_request_starts_one_checkpoint():
+    book = CommandBook()
+    assert book.on_reply(reply(CheckpointNow("sp-000001"))) == [TakeCheckpoint("sp-000001")]
+    book.answers()
+    assert book.on_reply(reply(CheckpointNow("sp-000001"))) == []      # still being taken
+
+
+def test_an_answer_is_repeated_until_the_controller_stops_asking():
+    book = CommandBook()
+    book.on_reply(reply(CheckpointNow("sp-000001")))
+    book.checkpoint_taken("sp-000001", 7)
+    assert book.answers().savepoints == {"sp-000001": 7}
+    # The report carrying it was lost: the controller asks again; nothing new starts.
+    assert book.on_reply(reply(CheckpointNow("sp-000001"))) == []
+    assert book.answers().savepoints == {"sp-000001": 7}
+    book.on_reply(reply())                                             # it arrived
+    assert book.answers().savepoints == {}
+
+
+def test_an_answer_given_after_the_report_was_built_is_not_dropped():
+    book = CommandBook()
+    book.on_reply(reply(CheckpointNow("sp-000001")))
+    book.answers()                                                      # built before the answer
+    book.checkpoint_taken("sp-000001", 7)
+    book.on_reply(reply())
+    assert book.answers().savepoints == {"sp-000001": 7}
+
+
+def test_an_ignored_report_delivers_nothing():
+    book = CommandBook()
+    book.on_reply(reply(CheckpointNow("sp-000001")))
+    book.checkpoint_taken("sp-000001", 7)
+    book.answers()
+    assert book.on_reply(reply(status=pb.REPORT_STATUS_STALE)) == []
+    assert book.answers().savepoints == {"sp-000001": 7}
+
+
+def test_pins_are_the_controllers_plus_answers_in_flight():
+    book = CommandBook()
+    book.on_reply(reply(CheckpointNow("sp-000002"), pinned=[3]))
+    book.checkpoint_taken("sp-000002", 9)
+    assert book.pinned() == {3, 9}
+    book.answers()
+    book.on_reply(reply(pinned=[3, 9]))
+    assert book.pinned() == {3, 9}
+    book.answers()
+    book.on_reply(reply(pinned=[9]))                                    # savepoint 1 disposed
+    assert book.pinned() == {9}
+
+
+def test_an_export_starts_once_and_its_answer_is_repeated_until_it_arrived():
+    book = CommandBook()
+    export = Export("sp-000001", 4, "nightly/worker-0")
+    assert book.on_reply(reply(export)) == [StartExport(export)]
+    assert book.on_reply(reply(export)) == []                           # still being written
+    assert book.answers().exports == []
+    book.export_done(export, "No space left on device")
+    assert book.answers().exports == [ExportAnswer("sp-000001", "nightly/worker-0", "No space left on device")]
+    book.on_reply(reply())
+    assert book.answers().exports == []
+
+
+def test_a_restart_is_passed_on():
+    assert CommandBook().on_reply(reply(Restart())) == [Restart()]

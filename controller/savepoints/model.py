@@ -19,7 +19,7 @@ LABEL_MAX = 100
 # Beyond letters and digits: what a label needs, nothing that a shell, a
 # terminal or a URL would read as syntax.
 LABEL_PUNCTUATION = " -_.,:()/+@#"
-_ID = re.compile(r"^sp-[0-9]{6,12}$")
+_ID = re.compile(r"sp-[0-9]{6,12}")
 
 
 class SavepointError(ValueError):
@@ -64,7 +64,7 @@ def format_savepoint_id(number: int) -> str:
 def savepoint_number(savepoint_id: str) -> int:
     """The number in a savepoint id; raises ``InvalidSavepointId`` for anything
     else (ids become directory names: nothing else may pass)."""
-    if not isinstance(savepoint_id, str) or not _ID.match(savepoint_id):
+    if not isinstance(savepoint_id, str) or not _ID.fullmatch(savepoint_id):
         raise InvalidSavepointId(f"{savepoint_id!r} is not a savepoint id: ids look like sp-000042")
     return int(savepoint_id[3:])
 

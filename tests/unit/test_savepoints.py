@@ -66,7 +66,8 @@ def test_odd_labels_are_refused_naming_the_character(label, message):
     assert str(refused.value).startswith(message)
 
 
-@pytest.mark.parametrize("savepoint_id", ["", "sp-1", "sp-00001x", "../sp-000001", "sp-000001/..", "SP-000001", 7])
+@pytest.mark.parametrize("savepoint_id", ["", "sp-1", "sp-00001x", "../sp-000001", "sp-000001/..", "SP-000001",
+                                          "sp-000001\n", 7])
 def test_anything_but_a_savepoint_id_is_refused(savepoint_id):
     with pytest.raises(InvalidSavepointId, match="is not a savepoint id: ids look like sp-000042"):
         savepoint_number(savepoint_id)

@@ -14,6 +14,7 @@ from controller.checkpointing.store import ControllerCheckpointError, Controller
 from controller.core.service import ControllerService, InvalidSnapshot, ServiceConfig
 from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
+from controller.savepoints.service import SavepointConfig, SavepointService
 from controller.settings import ControllerSettings
 from sparkpoint.env import SettingsError, exit_with_error
 
@@ -39,7 +40,17 @@ def main() -> None:
     except OSError as error:
         exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_HTTP_PORT: cannot listen on "
                                                  f"{settings.bind}:{settings.http_port}: {error.strerror}")
-    service = ControllerService(ServiceConfig(worker_count=settings.worker_count), clock=time.time)
+    savepoint_config = SavepointConfig(records=settings.state_dir / "savepoints", root=settings.savepoint_dir,
+                                       timeout_s=settings.savepoint_timeout_ms / 1000,
+                                       worker_count=settings.worker_count)
+    try:
+        savepoints, problems = SavepointService.open(savepoint_config, clock=time.time)
+    except OSError as error:
+        exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_STATE_DIR: savepoint records: {error}")
+    for problem in problems:
+        log.error("%s", problem)
+    service = ControllerService(ServiceConfig(worker_count=settings.worker_count), clock=time.time,
+                                savepoints=savepoints)
     checkpointer = None
     if settings.checkpoint_freq_ms > 0:
         store = ControllerCheckpointStore(settings.state_dir)

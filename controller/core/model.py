@@ -59,10 +59,17 @@ class Registration:
 
 @dataclass(frozen=True)
 class RestoreDecision:
-    """What a worker restores: nothing, a checkpoint id, or a savepoint id."""
+    """What a worker restores: nothing, a checkpoint of its own, or its part of
+    a savepoint the user chose to restore."""
 
     checkpoint_id: int | None = None
     savepoint_id: str | None = None
+    # An imported savepoint: this worker's part, relative to the savepoint
+    # root; checkpoint_id is its id there.
+    import_dir: str = ""
+    # The user accepted that transactional sinks publish again what they
+    # published past this checkpoint.
+    allow_republish: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,23 @@ class SinkProgress:
 
 
 @dataclass(frozen=True)
+class SavepointAnswer:
+    """The checkpoint that covers a worker's state as of a savepoint request."""
+
+    savepoint_id: str
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class ExportAnswer:
+    """A worker wrote (or failed to write) its part of an export to ``dir``."""
+
+    savepoint_id: str
+    dir: str
+    error: str = ""     # empty: written and durable
+
+
+@dataclass(frozen=True)
 class ProgressReport:
     worker_id: str
     session_id: str
@@ -117,12 +141,43 @@ class ProgressReport:
     restored_checkpoint_id: int = 0
     recovery: Recovery = Recovery()
     sinks: tuple[SinkProgress, ...] = ()
+    savepoint_answers: tuple[SavepointAnswer, ...] = ()
+    exports: tuple[ExportAnswer, ...] = ()
+
+
+# Commands the acknowledgement of a report carries to its worker. Each is
+# repeated on every report until the worker's answer (or registration) makes
+# it moot, so a lost acknowledgement loses nothing.
+@dataclass(frozen=True)
+class CheckpointNow:
+    """Take a checkpoint now for this savepoint; answer with a ``SavepointAnswer``."""
+
+    savepoint_id: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Stop the queries and register again: a savepoint restore waits."""
+
+
+@dataclass(frozen=True)
+class Export:
+    """Copy checkpoint ``checkpoint_id`` into ``dir`` (relative to the savepoint
+    root, checkpoint-store layout); answer with an ``ExportAnswer``."""
+
+    savepoint_id: str
+    checkpoint_id: int
+    dir: str
+
+
+Command = CheckpointNow | Restart | Export
 
 
 @dataclass(frozen=True)
 class ReportOutcome:
     status: ReportStatus
-    commands: tuple[str, ...] = ()
+    commands: tuple[Command, ...] = ()
+    pinned: frozenset[int] = frozenset()    # the worker's checkpoints retention must keep
 
 
 @dataclass(frozen=True)

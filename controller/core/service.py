@@ -21,12 +21,14 @@ from controller.core.model import (
     RegisterResult,
     Registration,
     ReportOutcome,
+    ReportStatus,
     RestoreDecision,
     WorkerState,
 )
 from controller.core.progress import ProgressTable, WorkerRecord
 from controller.core.status import PipelineStatus, build_status
-
+from controller.savepoints.service import SavepointService
+from controller.savepoints.view import ExportView, RestoreView, SavepointView
 
 log = logging.getLogger("sparkpoint.controller")
 
@@ -54,13 +56,16 @@ class ServiceConfig:
 
 
 class ControllerService:
-    def __init__(self, config: ServiceConfig, *, clock: Callable[[], float],
+    def __init__(self, config: ServiceConfig, *, clock: Callable[[], float], savepoints: SavepointService,
                  new_session_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
         self._config = config
         self._clock = clock
         self._new_session_id = new_session_id
+        # One lock for the table and the savepoints: a savepoint reads the
+        # workers' committed checkpoints, and a commit may complete one.
         self._lock = threading.Lock()
         self._table = ProgressTable()
+        self._savepoints = savepoints
 
     def register(self, registration: Registration) -> RegisterResult:
         """Admit a worker (first start, restart, or after a controller restart).
@@ -69,8 +74,9 @@ class ControllerService:
         1. Validate its identity against the configured worker count.
         2. Refuse a second worker id claiming an index another worker holds.
         3. Record it under a new session id: reports of older sessions become stale.
-        4. Decide what it restores: its newest durable checkpoint (the
-           worker verifies it and falls back to an older intact one).
+        4. Decide what it restores: its part of a savepoint the user chose to
+           restore, else its newest durable checkpoint (the worker verifies it
+           and falls back to an older intact one).
         """
         # 1.
         if not registration.worker_id:
@@ -91,25 +97,65 @@ class ControllerService:
                     f"{registration.worker_id} needs a different SP_WORKER_INDEX")
             # 3.
             record = self._table.register(registration, self._new_session_id(), self._clock())
-        # 4.
+            # 4.
+            restore = (self._savepoints.restore_plan(record.worker_index, record.session_id)
+                       or decide_restore(registration, record))
         return RegisterResult(
             session_id=record.session_id,
             worker_index=record.worker_index,
             worker_count=record.worker_count,
-            restore=decide_restore(registration, record),
+            restore=restore,
             last_checkpoint_id=record.last_checkpoint_id,
         )
 
     def report_progress(self, report: ProgressReport) -> ReportOutcome:
+        """Record progress; an accepted report's acknowledgement carries the
+        worker's savepoint commands and pinned checkpoints."""
         with self._lock:
             status = self._table.report(report, self._clock())
-        return ReportOutcome(status)
+            if status is not ReportStatus.ACCEPTED:
+                return ReportOutcome(status)
+            commands, pinned = self._savepoints.report(self._table.workers[report.worker_id], report)
+        return ReportOutcome(status, commands, pinned)
 
-    def commit_checkpoint(self, worker_id: str, checkpoint: CheckpointInfo) -> CommitOutcome:
-        """A worker's checkpoint is durable; acknowledging it completes it."""
+    def commit_checkpoint(self, worker_id: str, checkpoint: CheckpointInfo, session_id: str = "") -> CommitOutcome:
+        """A worker's checkpoint is durable; acknowledging it completes it
+        (and may complete a savepoint). ``session_id``: the registration that
+        took it, which a restore waits for."""
         with self._lock:
             status, completed = self._table.commit(worker_id, checkpoint)
+            if status is ReportStatus.ACCEPTED:
+                self._savepoints.committed(self._table.workers[worker_id], checkpoint.checkpoint_id, session_id)
         return CommitOutcome(status, completed)
+
+    # -- savepoints (REST) ------------------------------------------------------
+    def trigger_savepoint(self, label: str) -> SavepointView:
+        with self._lock:
+            return self._savepoints.trigger(label, list(self._table.workers.values()))
+
+    def savepoints(self) -> list[SavepointView]:
+        with self._lock:
+            return self._savepoints.list()
+
+    def savepoint(self, savepoint_id: str) -> SavepointView:
+        with self._lock:
+            return self._savepoints.get(savepoint_id)
+
+    def dispose_savepoint(self, savepoint_id: str) -> SavepointView:
+        with self._lock:
+            return self._savepoints.dispose(savepoint_id)
+
+    def restore_savepoint(self, savepoint_id: str, allow_republish: bool) -> RestoreView:
+        with self._lock:
+            return self._savepoints.restore(savepoint_id, allow_republish, list(self._table.workers.values()))
+
+    def export_savepoint(self, savepoint_id: str, path: str) -> ExportView:
+        with self._lock:
+            return self._savepoints.export(savepoint_id, path)
+
+    def import_savepoint(self, path: str, label: str | None) -> SavepointView:
+        with self._lock:
+            return self._savepoints.import_(path, label)
 
     def snapshot(self) -> dict[str, Any]:
         """The state the controller checkpoints (JSON-able)."""
@@ -132,7 +178,8 @@ class ControllerService:
     def status(self) -> PipelineStatus:
         with self._lock:
             records = list(self._table.workers.values())
-        return build_status(records, self._config.worker_count, self._clock())
+            savepoints = self._savepoints.summary()
+        return build_status(records, self._config.worker_count, self._clock(), savepoints)
 
     def healthy(self) -> bool:
         return True

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from controller.core.model import CheckpointInfo, QueryProgress, SinkProgress, SinkState, WorkerState
 from controller.core.progress import WorkerRecord
+from controller.savepoints.view import SavepointSummary
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class PipelineStatus:
     rows_processed: int
     rows_per_second: float
     workers: list[WorkerStatus]
+    savepoints: SavepointSummary
 
 
 def pipeline_state(records: list[WorkerRecord], expected: int) -> str:
@@ -151,7 +153,8 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
     )
 
 
-def build_status(records: list[WorkerRecord], expected: int, now: float) -> PipelineStatus:
+def build_status(records: list[WorkerRecord], expected: int, now: float,
+                 savepoints: SavepointSummary) -> PipelineStatus:
     workers = [worker_status(r, now) for r in sorted(records, key=lambda r: r.worker_index)]
     return PipelineStatus(
         state=pipeline_state(records, expected),
@@ -160,4 +163,5 @@ def build_status(records: list[WorkerRecord], expected: int, now: float) -> Pipe
         rows_processed=sum(w.rows_processed for w in workers),
         rows_per_second=sum(w.rows_per_second for w in workers),
         workers=workers,
+        savepoints=savepoints,
     )

@@ -15,12 +15,18 @@ import grpc
 from controller.core import errors
 from controller.core.model import (
     CheckpointInfo,
+    CheckpointNow,
+    Command,
+    Export,
+    ExportAnswer,
     ProgressReport,
     QueryCut,
     QueryProgress,
     Recovery,
     Registration,
     ReportStatus,
+    Restart,
+    SavepointAnswer,
     SinkProgress,
     SinkState,
     WorkerState,
@@ -80,6 +86,16 @@ def checkpoint_from_pb(ref: pb.CheckpointRef) -> CheckpointInfo:
     )
 
 
+def command_to_pb(command: Command) -> pb.Command:
+    if isinstance(command, CheckpointNow):
+        return pb.Command(checkpoint_now=command.savepoint_id)
+    if isinstance(command, Restart):
+        return pb.Command(restart=True)
+    assert isinstance(command, Export)
+    return pb.Command(export=pb.ExportRequest(savepoint_id=command.savepoint_id,
+                                              checkpoint_id=command.checkpoint_id, dir=command.dir))
+
+
 class ControllerServicer(pb_grpc.ControllerServicer):
     def __init__(self, service: ControllerService) -> None:
         self._service = service
@@ -95,7 +111,8 @@ class ControllerServicer(pb_grpc.ControllerServicer):
             checkpoints=tuple(checkpoint_from_pb(c) for c in request.checkpoints),
         ))
         decision = result.restore
-        restore = pb.RestorePlan(checkpoint_id=decision.checkpoint_id or 0, savepoint_id=decision.savepoint_id or "")
+        restore = pb.RestorePlan(checkpoint_id=decision.checkpoint_id or 0, savepoint_id=decision.savepoint_id or "",
+                                 import_dir=decision.import_dir, allow_republish=decision.allow_republish)
         return pb.RegisterResponse(
             session_id=result.session_id,
             assignment=pb.Assignment(worker_index=result.worker_index, worker_count=result.worker_count),
@@ -122,15 +139,20 @@ class ControllerServicer(pb_grpc.ControllerServicer):
                              s.waiting_since, s.next_retry_at, s.published_checkpoint_id, s.published_batch_id,
                              s.pending_batches)
                 for s in request.sinks),
+            savepoint_answers=tuple(SavepointAnswer(a.savepoint_id, a.checkpoint_id)
+                                    for a in request.savepoint_answers),
+            exports=tuple(ExportAnswer(e.savepoint_id, e.dir, e.error) for e in request.exports),
         ))
         return pb.ProgressAck(
             status=_REPORT_STATUS_TO_PB[outcome.status],
-            commands=[pb.Command(checkpoint_now=c) for c in outcome.commands],
+            commands=[command_to_pb(c) for c in outcome.commands],
+            pinned_checkpoints=sorted(outcome.pinned),
         )
 
     @_mapped
     def CommitCheckpoint(self, request: pb.CheckpointCommit, context: grpc.ServicerContext) -> pb.CheckpointAck:  # noqa: N802
-        outcome = self._service.commit_checkpoint(request.worker_id, checkpoint_from_pb(request.checkpoint))
+        outcome = self._service.commit_checkpoint(request.worker_id, checkpoint_from_pb(request.checkpoint),
+                                                  request.session_id)
         return pb.CheckpointAck(status=_REPORT_STATUS_TO_PB[outcome.status],
                                 completed_checkpoint_id=outcome.completed_checkpoint_id)
 

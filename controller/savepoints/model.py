@@ -26,6 +26,11 @@ class SavepointError(ValueError):
     """Something about a savepoint the user must fix; the message says what."""
 
 
+class SavepointConflict(SavepointError):
+    """The request is well formed but contradicts the state of the savepoints
+    or of the pipeline (REST 409); the message says what would be needed."""
+
+
 class InvalidLabel(SavepointError):
     pass
 
@@ -55,6 +60,10 @@ class Savepoint:
     checkpoints: Mapping[int, int] = field(default_factory=dict)   # worker index -> the checkpoint it pins
     completed_at: float | None = None
     failure: str = ""
+    # Set for a savepoint exported by another deployment: its directory under
+    # the savepoint root. Its checkpoints are ids in that directory, not in
+    # the workers' stores, so it pins nothing there.
+    imported_from: str = ""
 
 
 def format_savepoint_id(number: int) -> str:
@@ -98,6 +107,7 @@ def to_record(savepoint: Savepoint) -> dict[str, Any]:
         "worker_count": savepoint.worker_count,
         # JSON object keys are strings.
         "checkpoints": {str(index): checkpoint for index, checkpoint in sorted(savepoint.checkpoints.items())},
+        "imported_from": savepoint.imported_from,
     }
 
 
@@ -135,6 +145,7 @@ def from_record(data: Mapping[str, Any], source: str) -> Savepoint:
             checkpoints={int(index): int(checkpoint) for index, checkpoint in data["checkpoints"].items()},
             completed_at=None if completed_at is None else float(completed_at),
             failure=str(data.get("failure", "")),
+            imported_from=str(data.get("imported_from", "")),   # absent in records of before imports
         ))
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise SavepointRecordError(f"{source}: not a valid savepoint record ({error})") from None

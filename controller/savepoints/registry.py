@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from controller.savepoints.model import (
     Savepoint,
+    SavepointConflict,
     SavepointError,
     SavepointState,
     format_savepoint_id,
@@ -34,11 +35,11 @@ class UnknownSavepoint(SavepointError):
     pass
 
 
-class SavepointNotRestorable(SavepointError):
+class SavepointNotRestorable(SavepointConflict):
     pass
 
 
-class WorkerCountMismatch(SavepointError):
+class WorkerCountMismatch(SavepointConflict):
     pass
 
 
@@ -59,7 +60,10 @@ class TriggerResult:
 
 
 class SavepointRegistry:
-    def __init__(self, clock: Callable[[], float], *, timeout_s: float, savepoints: Iterable[Savepoint] = ()) -> None:
+    def __init__(self, clock: Callable[[], float], *, timeout_s: float, savepoints: Iterable[Savepoint] = (),
+                 highest_used: int = 0) -> None:
+        """``highest_used``: the highest savepoint number ever given out, the
+        records that could not be loaded included: ids are never reused."""
         self._clock = clock
         self._timeout_s = timeout_s
         self._savepoints: dict[str, Savepoint] = {}
@@ -73,7 +77,7 @@ class SavepointRegistry:
                                     failure="the controller restarted while it was being taken")
                 self.failed_on_load.append(savepoint)
             self._savepoints[savepoint.savepoint_id] = savepoint
-        self._next_number = 1 + max((savepoint_number(i) for i in self._savepoints), default=0)
+        self._next_number = 1 + max([highest_used, *(savepoint_number(i) for i in self._savepoints)])
 
     # -- taking one ------------------------------------------------------------
     def trigger(self, label: str, pipeline_fingerprint: str, worker_count: int,
@@ -92,6 +96,17 @@ class SavepointRegistry:
         self._savepoints[savepoint.savepoint_id] = savepoint
         self._progress[savepoint.savepoint_id] = {index: _Progress(committed[index]) for index in range(worker_count)}
         return TriggerResult(savepoint)
+
+    def adopt(self, exported: Savepoint, imported_from: str, label: str | None = None) -> Savepoint:
+        """Record a complete savepoint another deployment exported (to
+        ``imported_from``) under a new id of ours; ``label`` replaces its
+        label. Raises ``InvalidLabel``."""
+        savepoint = replace(exported, savepoint_id=format_savepoint_id(self._next_number),
+                            label=validate_label(exported.label if label is None else label),
+                            imported_from=imported_from)
+        self._next_number += 1
+        self._savepoints[savepoint.savepoint_id] = savepoint
+        return savepoint
 
     def requests(self, worker_index: int) -> list[str]:
         """Pending savepoints this worker has not answered: it should take a checkpoint now."""
@@ -178,8 +193,10 @@ class SavepointRegistry:
 
     def pinned(self, worker_index: int) -> set[int]:
         """The worker's checkpoints that retention must keep (``retention_plan(pinned=...)``):
-        those of complete savepoints, and those already pinned by pending ones."""
-        return {s.checkpoints[worker_index] for s in self._savepoints.values() if worker_index in s.checkpoints}
+        those of complete savepoints, and those already pinned by pending ones.
+        Imported savepoints' ids are another deployment's: they pin nothing."""
+        return {s.checkpoints[worker_index] for s in self._savepoints.values()
+                if worker_index in s.checkpoints and not s.imported_from}
 
     def restore_target(self, savepoint_id: str, worker_count: int) -> Mapping[int, int]:
         """Each worker's checkpoint to restore for the savepoint."""

@@ -10,5 +10,5 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def service(clock) -> ControllerService:
-    return new_service(clock)
+def service(clock, tmp_path) -> ControllerService:
+    return new_service(clock, tmp_path)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 from controller.core.service import ControllerService, ServiceConfig
+from controller.savepoints.service import SavepointConfig, SavepointService
+
+SAVEPOINT_TIMEOUT_S = 60.0
 
 
 class FakeClock:
@@ -17,8 +21,17 @@ class FakeClock:
         return self.now
 
 
-def new_service(clock: FakeClock, worker_count: int = 2) -> ControllerService:
-    """A controller core with the fake clock and session ids s1, s2, ..."""
+def savepoint_config(directory: Path, worker_count: int = 2) -> SavepointConfig:
+    """Savepoint records in ``directory/controller/savepoints``, the savepoint root ``directory/savepoints``."""
+    return SavepointConfig(records=directory / "controller" / "savepoints", root=directory / "savepoints",
+                           timeout_s=SAVEPOINT_TIMEOUT_S, worker_count=worker_count)
+
+
+def new_service(clock: FakeClock, directory: Path, worker_count: int = 2) -> ControllerService:
+    """A controller core with the fake clock and session ids s1, s2, ...,
+    started as ``controller/main.py`` does over the files in ``directory``
+    (a second one over the same directory is the controller restarted)."""
     ids = itertools.count(1)
-    return ControllerService(ServiceConfig(worker_count=worker_count), clock=clock,
+    savepoints, _ = SavepointService.open(savepoint_config(directory, worker_count), clock=clock)
+    return ControllerService(ServiceConfig(worker_count=worker_count), clock=clock, savepoints=savepoints,
                              new_session_id=lambda: f"s{next(ids)}")

@@ -110,7 +110,7 @@ def test_snapshot_round_trip_through_the_controller_checkpoint_store(service, cl
     store = ControllerCheckpointStore(tmp_path / "controller")
     store.save(service.snapshot())
 
-    restarted = new_service(clock)
+    restarted = new_service(clock, tmp_path)
     restarted.load_snapshot(store.load())
     for worker_id in ("w0", "w1"):
         assert restarted.worker(worker_id) == service.worker(worker_id)
@@ -149,7 +149,7 @@ def test_a_controller_checkpoint_with_malformed_workers_is_refused(service, cloc
     store = ControllerCheckpointStore(tmp_path)
     store.save(snapshot)
     with pytest.raises(InvalidSnapshot):
-        new_service(clock).load_snapshot(store.load())
+        new_service(clock, tmp_path).load_snapshot(store.load())
 
 
 # --- status ---------------------------------------------------------------------------

@@ -15,7 +15,17 @@ from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
 from proto.sparkpoint.v1 import controller_pb2 as pb
 from tests.unit.fakes import new_service
-from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
+from worker.checkpointing.manifest import Manifest
+from worker.control.client import (
+    CheckpointNow,
+    ControllerClient,
+    Export,
+    ExportAnswer,
+    RegistrationRefused,
+    Restart,
+    RestoreTarget,
+    WorkerIdentity,
+)
 from worker.publishing.publisher import SinkStatus
 from worker.runtime.progress import QueryStatus
 
@@ -138,6 +148,56 @@ def test_register_returns_none_when_already_stopped(make_client):
     assert make_client().register(stop, wait=lambda d: pytest.fail("must not wait")) is None
 
 
+# --- savepoints over gRPC: commands, answers, pins and restore plans -----------------------
+
+def checkpoint(checkpoint_id: int) -> Manifest:
+    return Manifest(checkpoint_id=checkpoint_id, worker_id="w", created_at=1.0, duration_ms=1.0, bytes_copied=0,
+                    node_names=(), queries=())
+
+
+def test_a_savepoint_is_taken_restored_and_exported_through_the_workers_client(make_client, service):
+    workers = [make_client(f"w{i}", i) for i in (0, 1)]
+    for worker, committed in zip(workers, (4, 9)):
+        worker.register_once()
+        worker.commit_checkpoint(checkpoint(committed))
+    savepoint_id = service.trigger_savepoint("before v2").id
+
+    reply = workers[0].report(1, pb.WORKER_STATE_RUNNING, [])
+    assert reply.commands == (CheckpointNow(savepoint_id),) and reply.pinned == frozenset()
+    assert workers[0].report(2, pb.WORKER_STATE_RUNNING, [], savepoint_answers={savepoint_id: 5}).commands == ()
+    workers[0].commit_checkpoint(checkpoint(5))
+    assert workers[1].report(1, pb.WORKER_STATE_RUNNING, [], savepoint_answers={savepoint_id: 9}).pinned == {9}
+    assert workers[0].report(3, pb.WORKER_STATE_RUNNING, []).pinned == {5}
+
+    service.restore_savepoint(savepoint_id, allow_republish=True)
+    assert workers[0].report(4, pb.WORKER_STATE_RUNNING, []).commands == (Restart(),)
+    assert workers[0].register_once().restore == RestoreTarget(5, savepoint_id, "", True)
+
+    service.export_savepoint(savepoint_id, "exports/one")
+    [export] = workers[1].report(2, pb.WORKER_STATE_RUNNING, []).commands[1:]
+    assert export == Export(savepoint_id, 9, "exports/one/worker-1")
+    failed = ExportAnswer(savepoint_id, export.dir, "disk full")
+    assert workers[1].report(3, pb.WORKER_STATE_RUNNING, [], exports=[failed]).commands == (Restart(),)
+    [export_view] = service.savepoint(savepoint_id).exports
+    assert export_view.error == "worker 1 could not write exports/one/worker-1: disk full"
+
+
+def test_an_imported_savepoint_plan_names_the_import_dir(make_client, service, tmp_path):
+    export = tmp_path / "savepoints" / "exports" / "one"
+    for index, checkpoint_id in ((0, 3), (1, 4)):
+        (export / f"worker-{index}" / "manifests").mkdir(parents=True)
+        (export / f"worker-{index}" / "manifests" / f"{checkpoint_id:012d}.json").write_text("{}")
+    (export / "savepoint.json").write_text(json.dumps({
+        "format": 1, "id": "sp-000007", "label": "from prod", "created_at": 1.0, "completed_at": 2.0,
+        "state": "complete", "failure": "", "pipeline_fingerprint": "fp-1", "worker_count": 2,
+        "checkpoints": {"0": 3, "1": 4}}))
+    savepoint_id = service.import_savepoint("exports/one", None).id
+    service.restore_savepoint(savepoint_id, allow_republish=False)
+    restore = make_client("w1", 1).register_once().restore
+    assert restore == RestoreTarget(4, savepoint_id, "exports/one/worker-1", False)
+    assert restore.describe() == f"checkpoint 4 of savepoint {savepoint_id} (imported from exports/one/worker-1)"
+
+
 # --- REST ----------------------------------------------------------------------------
 
 def test_health(rest):
@@ -168,7 +228,7 @@ def test_status_after_grpc_registration_and_report(make_client, rest, clock):
     assert one.status_code == 200 and one.json()["batch_id"] == 4
 
 
-def test_sinks_publishing_and_waiting_reach_status(make_client, rest, clock, service):
+def test_sinks_publishing_and_waiting_reach_status(make_client, rest, clock, service, tmp_path):
     client = make_client("w0", 0)
     client.register_once()
     sinks = [
@@ -189,7 +249,7 @@ def test_sinks_publishing_and_waiting_reach_status(make_client, rest, clock, ser
                        "published_batch_id": 31, "pending_batches": 5}
     assert (ok["state"], ok["waiting_s"], ok["next_retry_in_s"], ok["published_batch_id"]) == ("ok", 0.0, 0.0, 40)
     # The controller's own checkpoint keeps them.
-    restarted = new_service(clock)
+    restarted = new_service(clock, tmp_path)
     restarted.load_snapshot(json.loads(json.dumps(service.snapshot())))
     assert restarted.worker("w0").sinks == service.worker("w0").sinks
 

@@ -11,15 +11,43 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.core import errors
 from controller.core.service import ControllerService
 from controller.core.status import PipelineStatus, WorkerStatus
+from controller.savepoints.model import SavepointConflict, SavepointError
+from controller.savepoints.registry import UnknownSavepoint
+from controller.savepoints.view import ExportView, RestoreView, SavepointView
 
 log = logging.getLogger("sparkpoint.controller.rest")
 
-_HTTP_STATUS = {errors.InvalidRequest: 400, errors.NotFound: 404, errors.Conflict: 409}
+# First match wins: specific kinds before their bases. A SavepointError that
+# is neither unknown nor a conflict is the user's input (an id, a label, a
+# path, an exported record).
+_HTTP_STATUS: list[tuple[type[Exception], int]] = [
+    (errors.InvalidRequest, 400), (errors.NotFound, 404), (errors.Conflict, 409),
+    (UnknownSavepoint, 404), (SavepointConflict, 409), (SavepointError, 400),
+]
+
+
+class CreateSavepoint(BaseModel):
+    label: str = Field(description="Letters, digits, spaces and - _ . , : ( ) / + @ #; at most 100 characters")
+
+
+class RestoreSavepoint(BaseModel):
+    allow_republish: bool = Field(False, description="Accept that transactional sinks publish again what they "
+                                                     "published past the savepoint")
+
+
+class ExportSavepoint(BaseModel):
+    path: str = Field(description="A new directory, relative to the savepoint root (SP_SAVEPOINT_DIR)")
+
+
+class ImportSavepoint(BaseModel):
+    path: str = Field(description="An exported savepoint's directory, relative to the savepoint root")
+    label: str | None = Field(None, description="Replaces the exported savepoint's label")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -31,8 +59,9 @@ def create_app(service: ControllerService) -> FastAPI:
                   description="Pipeline-wide progress, checkpoints and savepoints of a Sparkpoint deployment.")
 
     @app.exception_handler(errors.ControllerError)
-    async def controller_error(_: Request, error: errors.ControllerError) -> JSONResponse:
-        return _error(next((s for t, s in _HTTP_STATUS.items() if isinstance(error, t)), 500), str(error))
+    @app.exception_handler(SavepointError)
+    async def controller_error(_: Request, error: Exception) -> JSONResponse:
+        return _error(next((s for t, s in _HTTP_STATUS if isinstance(error, t)), 500), str(error))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
@@ -61,5 +90,38 @@ def create_app(service: ControllerService) -> FastAPI:
             if worker_status.worker_id == worker_id:
                 return worker_status
         raise errors.NotFound(f"no worker {worker_id!r} has registered")
+
+    @app.post("/savepoints", status_code=202, response_model=SavepointView,
+              summary="Take a savepoint: every worker checkpoints now; poll GET /savepoints/{id} until complete")
+    def create_savepoint(request: CreateSavepoint) -> SavepointView:
+        return service.trigger_savepoint(request.label)
+
+    @app.get("/savepoints", response_model=list[SavepointView])
+    def list_savepoints() -> list[SavepointView]:
+        return service.savepoints()
+
+    @app.post("/savepoints/import", status_code=201, response_model=SavepointView,
+              summary="Record a savepoint exported by another deployment as a new savepoint")
+    def import_savepoint(request: ImportSavepoint) -> SavepointView:
+        return service.import_savepoint(request.path, request.label)
+
+    @app.get("/savepoints/{savepoint_id}", response_model=SavepointView)
+    def get_savepoint(savepoint_id: str) -> SavepointView:
+        return service.savepoint(savepoint_id)
+
+    @app.delete("/savepoints/{savepoint_id}", response_model=SavepointView,
+                summary="Dispose a savepoint: retention may delete the checkpoints it pinned")
+    def dispose_savepoint(savepoint_id: str) -> SavepointView:
+        return service.dispose_savepoint(savepoint_id)
+
+    @app.post("/savepoints/{savepoint_id}/restore", status_code=202, response_model=RestoreView,
+              summary="Restart every worker from its part of the savepoint")
+    def restore_savepoint(savepoint_id: str, request: RestoreSavepoint | None = None) -> RestoreView:
+        return service.restore_savepoint(savepoint_id, (request or RestoreSavepoint()).allow_republish)
+
+    @app.post("/savepoints/{savepoint_id}/export", status_code=202, response_model=ExportView,
+              summary="Copy a savepoint into a self-contained directory; poll GET /savepoints/{id} until complete")
+    def export_savepoint(savepoint_id: str, request: ExportSavepoint) -> ExportView:
+        return service.export_savepoint(savepoint_id, request.path)
 
     return app

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from worker.checkpointing.store import atomic_write
 
 log = logging.getLogger("sparkpoint.controller.checkpoint")
 
@@ -26,22 +26,7 @@ class ControllerCheckpointStore:
 
     def save(self, snapshot: dict[str, Any]) -> None:
         """Temp file, fsync, rename, fsync the directory: never a torn checkpoint."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{FILE_NAME}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"version": 1, "state": snapshot}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(self.path, json.dumps({"version": 1, "state": snapshot}).encode())
 
     def load(self) -> dict[str, Any] | None:
         try:

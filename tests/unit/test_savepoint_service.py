@@ -26,12 +26,7 @@ from controller.savepoints.restores import RepublishRefused
 from controller.settings import ControllerSettings
 from sparkpoint.env import SettingsError
 from tests.unit.fakes import SAVEPOINT_TIMEOUT_S, new_service
-from tests.unit.savepoint_support import Pipeline, export, running_pipeline, take, write_part
-
-
-@pytest.fixture
-def pipeline(service) -> Pipeline:
-    return running_pipeline(service)
+from tests.unit.savepoint_support import Pipeline, export, take, write_part
 
 
 def record_file(tmp_path, savepoint_id: str):
@@ -112,8 +107,8 @@ def test_a_stalled_savepoint_fails_on_time_when_listed(pipeline, clock, tmp_path
     pipeline.report(0, {savepoint_id: 5})
     clock.now += SAVEPOINT_TIMEOUT_S
     [failed] = pipeline.service.savepoints()
-    assert (failed.state, failed.failure) == (SavepointState.FAILED, "worker 1 did not answer the request and "
-                                                                     "worker 0 did not commit its checkpoint within 60 s")
+    assert failed.state is SavepointState.FAILED
+    assert failed.failure == "worker 1 did not answer the request and worker 0 did not commit its checkpoint within 60 s"
     assert json.loads(record_file(tmp_path, savepoint_id).read_text())["state"] == "failed"
     assert pipeline.report(1).commands == ()
 
@@ -213,31 +208,25 @@ def test_a_pending_savepoint_cannot_be_restored(pipeline):
 
 # --- exporting and importing ------------------------------------------------------------------
 
-@pytest.fixture
-def root(tmp_path):
-    """The savepoint root of ``new_service(clock, tmp_path)``."""
-    return tmp_path / "savepoints"
-
-
-def test_each_worker_writes_its_part_then_the_record_is_written_last(pipeline, root):
+def test_each_worker_writes_its_part_then_the_record_is_written_last(pipeline, savepoint_root):
     savepoint_id = take(pipeline)
     view = pipeline.service.export_savepoint(savepoint_id, "exports/one")
     assert (view.path, view.state.value, view.workers_written, view.worker_count) == ("exports/one", "pending", 0, 2)
     assert pipeline.report(0).commands == (Export(savepoint_id, 5, "exports/one/worker-0"),)
-    write_part(root, Export(savepoint_id, 5, "exports/one/worker-0"))
+    write_part(savepoint_root, Export(savepoint_id, 5, "exports/one/worker-0"))
     assert pipeline.report(0, exports=(ExportAnswer(savepoint_id, "exports/one/worker-0"),)).commands == ()
-    assert not (root / "exports/one/savepoint.json").exists()
+    assert not (savepoint_root / "exports/one/savepoint.json").exists()
     assert pipeline.service.savepoint(savepoint_id).exports[0].workers_written == 1
     [command] = pipeline.report(1).commands
-    write_part(root, command)
+    write_part(savepoint_root, command)
     pipeline.report(1, exports=(ExportAnswer(savepoint_id, command.dir),))
     [done] = pipeline.service.savepoint(savepoint_id).exports
     assert (done.state.value, done.workers_written, done.error) == ("complete", 2, "")
-    record = from_json((root / "exports/one/savepoint.json").read_text(), "savepoint.json")
+    record = from_json((savepoint_root / "exports/one/savepoint.json").read_text(), "savepoint.json")
     assert (record.savepoint_id, record.checkpoints, record.label) == (savepoint_id, {0: 5, 1: 10}, "before v2")
 
 
-def test_a_worker_error_fails_the_export_naming_it(pipeline, root):
+def test_a_worker_error_fails_the_export_naming_it(pipeline, savepoint_root):
     savepoint_id = take(pipeline)
     pipeline.service.export_savepoint(savepoint_id, "exports/one")
     pipeline.report(0, exports=(ExportAnswer(savepoint_id, "exports/one/worker-0", "No space left on device"),))
@@ -245,7 +234,7 @@ def test_a_worker_error_fails_the_export_naming_it(pipeline, root):
     assert (failed.state.value, failed.error) == (
         "failed", "worker 0 could not write exports/one/worker-0: No space left on device")
     assert pipeline.report(1).commands == ()
-    assert not (root / "exports/one/savepoint.json").exists()
+    assert not (savepoint_root / "exports/one/savepoint.json").exists()
 
 
 def test_an_export_no_worker_answers_fails_on_time(pipeline, clock):
@@ -256,16 +245,16 @@ def test_an_export_no_worker_answers_fails_on_time(pipeline, clock):
     assert failed.error == "worker 0, 1 did not write its part within 60 s"
 
 
-def test_export_targets_must_be_new_and_inside_the_root(pipeline, root, tmp_path):
+def test_export_targets_must_be_new_and_inside_the_root(pipeline, savepoint_root, tmp_path):
     savepoint_id = take(pipeline)
-    (root / "taken").mkdir(parents=True)
-    (root / "taken" / "file").write_text("x")
+    (savepoint_root / "taken").mkdir(parents=True)
+    (savepoint_root / "taken" / "file").write_text("x")
     with pytest.raises(ExportTargetNotEmpty, match="'taken' already exists and is not an empty directory"):
         pipeline.service.export_savepoint(savepoint_id, "taken")
     with pytest.raises(ParentReference):
         pipeline.service.export_savepoint(savepoint_id, "../outside")
     (tmp_path / "outside").mkdir()
-    (root / "escape").symlink_to(tmp_path / "outside")
+    (savepoint_root / "escape").symlink_to(tmp_path / "outside")
     with pytest.raises(OutsideRoot):
         pipeline.service.export_savepoint(savepoint_id, "escape/x")
     assert list((tmp_path / "outside").iterdir()) == []
@@ -274,18 +263,18 @@ def test_export_targets_must_be_new_and_inside_the_root(pipeline, root, tmp_path
         pipeline.service.export_savepoint(savepoint_id, "exports/one")
 
 
-def test_only_complete_savepoints_of_this_deployment_are_exported(pipeline, root):
+def test_only_complete_savepoints_of_this_deployment_are_exported(pipeline):
     pending = pipeline.service.trigger_savepoint("x").id
     with pytest.raises(SavepointConflict, match="savepoint sp-000001 is pending: only a complete savepoint"):
         pipeline.service.export_savepoint(pending, "exports/one")
 
 
-def test_an_export_is_imported_as_a_new_savepoint_that_pins_nothing(pipeline, root, clock, tmp_path):
+def test_an_export_is_imported_as_a_new_savepoint_that_pins_nothing(pipeline, savepoint_root, clock, tmp_path):
     savepoint_id = take(pipeline)
-    export(pipeline, root, savepoint_id)
+    export(pipeline, savepoint_root, savepoint_id)
     # Another deployment, with the same savepoint root mounted.
     (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "savepoints").symlink_to(root)
+    (tmp_path / "other" / "savepoints").symlink_to(savepoint_root)
     elsewhere = new_service(clock, tmp_path / "other")
     other = Pipeline(elsewhere)
     imported = elsewhere.import_savepoint("exports/one", None)
@@ -303,9 +292,9 @@ def test_an_export_is_imported_as_a_new_savepoint_that_pins_nothing(pipeline, ro
     assert other.report(0).pinned == frozenset()
 
 
-def test_an_imported_savepoint_needs_consent_once_a_transactional_sink_has_published(pipeline, root):
+def test_an_imported_savepoint_needs_consent_once_a_transactional_sink_has_published(pipeline, savepoint_root):
     savepoint_id = take(pipeline)
-    export(pipeline, root, savepoint_id)
+    export(pipeline, savepoint_root, savepoint_id)
     imported = pipeline.service.import_savepoint("exports/one", "moved")
     pipeline.sinks[0] = (SinkProgress("events_pg", contract="transactional", published_checkpoint_id=1),)
     pipeline.report(0)
@@ -322,27 +311,27 @@ def test_an_imported_savepoint_needs_consent_once_a_transactional_sink_has_publi
     ("missing part", "exports/one/worker-1/manifests/000000000010.json: no such file: worker 1's checkpoint 10 is "
                      "missing from the export"),
 ])
-def test_an_incomplete_export_is_refused_naming_the_file(pipeline, root, damage, message):
+def test_an_incomplete_export_is_refused_naming_the_file(pipeline, savepoint_root, damage, message):
     savepoint_id = take(pipeline)
-    export(pipeline, root, savepoint_id)
+    export(pipeline, savepoint_root, savepoint_id)
     if damage == "no record":
-        (root / "exports/one/savepoint.json").unlink()
+        (savepoint_root / "exports/one/savepoint.json").unlink()
     elif damage == "bad record":
-        (root / "exports/one/savepoint.json").write_text("{")
+        (savepoint_root / "exports/one/savepoint.json").write_text("{")
     else:
-        (root / "exports/one/worker-1/manifests/000000000010.json").unlink()
+        (savepoint_root / "exports/one/worker-1/manifests/000000000010.json").unlink()
     with pytest.raises(SavepointRecordError) as refused:
         pipeline.service.import_savepoint("exports/one", None)
     assert str(refused.value).startswith(message)
     assert [s.id for s in pipeline.service.savepoints()] == [savepoint_id]
 
 
-def test_an_export_whose_part_links_outside_the_root_is_refused(pipeline, root, tmp_path):
+def test_an_export_whose_part_links_outside_the_root_is_refused(pipeline, savepoint_root, tmp_path):
     savepoint_id = take(pipeline)
-    export(pipeline, root, savepoint_id)
+    export(pipeline, savepoint_root, savepoint_id)
     outside = tmp_path / "outside"
-    (root / "exports/one/worker-1").rename(outside)
-    (root / "exports/one/worker-1").symlink_to(outside)
+    (savepoint_root / "exports/one/worker-1").rename(outside)
+    (savepoint_root / "exports/one/worker-1").symlink_to(outside)
     with pytest.raises(OutsideRoot):
         pipeline.service.import_savepoint("exports/one", None)
 

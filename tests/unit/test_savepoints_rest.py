@@ -8,23 +8,13 @@ from fastapi.testclient import TestClient
 
 from controller.core.model import ExportAnswer, SinkProgress
 from controller.rest.app import create_app
-from tests.unit.savepoint_support import Pipeline, running_pipeline, take, write_part
+from tests.unit.savepoint_support import Pipeline, take, write_part
 
 
 @pytest.fixture
 def rest(service):
     with TestClient(create_app(service)) as client:
         yield client
-
-
-@pytest.fixture
-def pipeline(service) -> Pipeline:
-    return running_pipeline(service)
-
-
-@pytest.fixture
-def root(tmp_path):
-    return tmp_path / "savepoints"
 
 
 @pytest.fixture
@@ -123,18 +113,18 @@ def test_a_pending_savepoint_cannot_be_restored_409(rest, pipeline):
     assert "is still being taken" in error(rest.post("/savepoints/sp-000001/restore"), 409)
 
 
-def test_an_export_is_shown_while_it_runs_and_when_done(rest, pipeline, root):
+def test_an_export_is_shown_while_it_runs_and_when_done(rest, pipeline, savepoint_root):
     savepoint_id = take(pipeline)
     started = rest.post(f"/savepoints/{savepoint_id}/export", json={"path": "exports/one"})
     assert started.status_code == 202
     assert (started.json()["path"], started.json()["state"]) == ("exports/one", "pending")
     for index in (0, 1):
         [command] = pipeline.report(index).commands
-        write_part(root, command)
+        write_part(savepoint_root, command)
         pipeline.report(index, exports=(ExportAnswer(savepoint_id, command.dir),))
     [export] = rest.get(f"/savepoints/{savepoint_id}").json()["exports"]
     assert (export["state"], export["workers_written"], export["worker_count"]) == ("complete", 2, 2)
-    assert (root / "exports/one/savepoint.json").is_file()
+    assert (savepoint_root / "exports/one/savepoint.json").is_file()
     assert "already exists and is not an empty directory" in error(
         rest.post(f"/savepoints/{savepoint_id}/export", json={"path": "exports/one"}), 409)
     imported = rest.post("/savepoints/import", json={"path": "exports/one", "label": "copy"})
@@ -162,9 +152,9 @@ def test_paths_outside_the_root_are_400_and_nothing_outside_is_touched(rest, pip
     assert pipeline.report(0).commands == ()
 
 
-def test_importing_what_is_not_an_export_is_400_naming_the_file(rest, root):
-    (root / "junk").mkdir(parents=True)
-    (root / "junk" / "savepoint.json").write_text("not json")
+def test_importing_what_is_not_an_export_is_400_naming_the_file(rest, savepoint_root):
+    (savepoint_root / "junk").mkdir(parents=True)
+    (savepoint_root / "junk" / "savepoint.json").write_text("not json")
     assert error(rest.post("/savepoints/import", json={"path": "junk"}), 400).startswith(
         "junk/savepoint.json: not a valid savepoint record")
     assert error(rest.post("/savepoints/import", json={"path": "nothing"}), 400).startswith(

@@ -1,6 +1,4 @@
-"""``sparkpoint``: the command-line tool.
-
-``sparkpoint plan --pipeline NEW --from CHECKPOINT`` prints, node by node,
+"""``sparkpoint plan --pipeline NEW --from CHECKPOINT`` prints, node by node,
 what restoring a worker's checkpoint into the pipeline file NEW would keep,
 start fresh, drop or refuse, before anything is deployed.
 
@@ -11,36 +9,21 @@ command could not run (a missing file, a broken pipeline, bad arguments).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
-from sparkpoint.env import Env, SettingsError
+from sparkpoint.cli.errors import DONE, REFUSED, CommandError
+from sparkpoint.env import Env
 
 if TYPE_CHECKING:
     from worker.api.graph import Pipeline
     from worker.checkpointing.manifest import Manifest
     from worker.stateplan.layout import StateSchema
 
-PROGRAM = "sparkpoint"
-GO_AHEAD, FAILED, REFUSED = 0, 1, 2
-
 Derive = Callable[["Pipeline"], "dict[str, StateSchema]"]
-
-
-class CommandError(Exception):
-    """The command cannot run; one line says why."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse exits 2 on bad usage, which here means "refused".
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(FAILED)
 
 
 def load_manifest(source: Path, checkpoint_id: int | None) -> Manifest:
@@ -113,13 +96,12 @@ def plan_command(args: argparse.Namespace, derive: Derive) -> int:
         raise CommandError(f"{args.pipeline}: {summarize_error(str(error))}") from None
     plan = plan_manifest(manifest, new, force=args.force)
     print(describe_restore(manifest, args.pipeline, new.fingerprint), "", render_plan(plan), sep="\n")
-    return REFUSED if plan.refused else GO_AHEAD
+    return REFUSED if plan.refused else DONE
 
 
-def parser(environ: dict[str, str]) -> argparse.ArgumentParser:
-    top = _Parser(prog=PROGRAM, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    plan = commands.add_parser("plan", help="what a restore into a pipeline would keep, start fresh, drop or refuse")
+def add_plan_command(commands: argparse._SubParsersAction, environ: dict[str, str], derive: Derive) -> None:
+    plan = commands.add_parser("plan", help="what a restore into a pipeline would keep, start fresh, drop or refuse",
+                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("--pipeline", type=Path, required=True, help="the new pipeline file")
     plan.add_argument("--from", dest="source", type=Path, required=True, metavar="CHECKPOINT",
                       help="a worker's checkpoint directory (SP_CHECKPOINT_DIR) or one manifest file")
@@ -128,17 +110,4 @@ def parser(environ: dict[str, str]) -> argparse.ArgumentParser:
     plan.add_argument("--force", action=argparse.BooleanOptionalAction, default=force,
                       help="restore a changed graph over finished nodes (default: SP_FORCE_GRAPH_CHANGE, "
                            f"now {str(force).lower()})")
-    return top
-
-
-def main(argv: Sequence[str] | None = None, *, derive: Derive = spark_schemas) -> NoReturn:
-    try:
-        args = parser(dict(os.environ)).parse_args(argv)
-        raise SystemExit(plan_command(args, derive))
-    except (CommandError, SettingsError) as error:
-        print(f"{PROGRAM}: error: {error}", file=sys.stderr)
-        raise SystemExit(FAILED) from None
-
-
-if __name__ == "__main__":
-    main()
+    plan.set_defaults(run=lambda args: plan_command(args, derive))

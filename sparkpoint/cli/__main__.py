@@ -1,0 +1,3 @@
+from sparkpoint.cli import main
+
+main()

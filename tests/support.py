@@ -44,6 +44,24 @@ def get_json(url: str) -> dict:
         return {"http_status": error.code, **json.load(error)}
 
 
+def worker_status(stack, index: int = 0) -> dict | None:
+    """Worker ``index`` as the stack's controller shows it (None until it registered)."""
+    status = get_json(stack.config.status_url)
+    return next((w for w in status.get("workers", []) if w["worker_index"] == index), None)
+
+
+def caught_up(stack, log, queries: set[str], index: int = 0, state: str = "running") -> dict | None:
+    """Worker ``index``, once it is in ``state`` and each of ``queries`` has
+    read every partition of ``log`` to its end (a one-worker stack)."""
+    from sparkpoint.eventlog import committed_end
+
+    ends = {str(p): committed_end(log.path(p), 0) for p in range(log.partitions())}
+    worker = worker_status(stack, index)
+    if worker is None or set(worker["offsets"]) != queries or worker["state"] != state:
+        return None
+    return worker if all(offsets == ends for offsets in worker["offsets"].values()) else None
+
+
 def all_published(status: dict) -> bool:
     """Every worker's every staged sink has published its query's latest
     batch, and there is one (transactional sinks publish one checkpoint

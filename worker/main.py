@@ -298,8 +298,7 @@ def serve(settings: WorkerSettings, pipeline: Pipeline, layout: PipelineLayout, 
         # 6.
         live.finished = staying_finished(pipeline, resumed)
         for query in resumed.queries if resumed else ():
-            if query.name in live.finished:
-                live.tracker.finished(query.name, query.batch_id, query.offsets)
+            live.tracker.restored(query.name, query.batch_id, query.offsets, finished=query.name in live.finished)
         listener = SparkProgressListener(live.tracker, {}, on_batch=publisher.wake)
         spark.streams.addListener(listener)
         live.queries = start_queries(spark, pipeline, settings, query_root,
@@ -329,7 +328,9 @@ def serve(settings: WorkerSettings, pipeline: Pipeline, layout: PipelineLayout, 
                     live.finished.add(query.name)
                     log.info("query %s finished: its bounded input is read to the end", query.name)
                     if live.runner is not None:
+                        # Recorded by the next checkpoint, taken now.
                         writer.finished_nodes = pipeline.finished_nodes(live.finished)
+                        live.runner.request(lambda checkpoint_id: None)
                 else:
                     failed = query
                     break

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from sparkpoint.eventlog import EventLog, committed_end
+from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
-from tests.support import all_published, expected_vwap, get_json, wait_until
+from tests.support import all_published, caught_up, expected_vwap, get_json, wait_until, worker_status
 from worker.checkpointing.store import CheckpointStore
 from worker.sinks.files import read_published
 
@@ -27,19 +27,6 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 2
 QUERIES = {"enriched_out", "vwap_out"}
 FAST = {"SP_MAX_RECORDS_PER_BATCH": "300", "SP_TRIGGER_INTERVAL": "200", "SP_REPORT_INTERVAL": "300"}
-
-
-def worker_status(stack, index: int = 0) -> dict | None:
-    status = get_json(stack.config.status_url)
-    return next((w for w in status.get("workers", []) if w["worker_index"] == index), None)
-
-
-def caught_up(stack, log: EventLog, index: int = 0) -> dict | None:
-    ends = {str(p): committed_end(log.path(p), 0) for p in range(log.partitions())}
-    worker = worker_status(stack, index)
-    if worker is None or set(worker["offsets"]) != QUERIES or worker["state"] != "running":
-        return None
-    return worker if all(offsets == ends for offsets in worker["offsets"].values()) else None
 
 
 def check_output(stack, events: list[dict], *, exactly_once: bool = True) -> int:
@@ -100,7 +87,7 @@ def test_worker_killed_mid_checkpoint_and_at_random_points_recovers_exactly(make
 
     # 4. Restart; it catches up with the whole log and state is exact.
     stack.start_worker(0)
-    final = wait_until(lambda: caught_up(stack, log), timeout_s=300, what="the worker to process the whole log")
+    final = wait_until(lambda: caught_up(stack, log, QUERIES), timeout_s=300, what="the worker to process the whole log")
     assert final["recovery"]["restored_checkpoint_id"] > 2
     assert final["last_checkpoint"]["checkpoint_id"] > final["recovery"]["restored_checkpoint_id"]
     check_output(stack, events)
@@ -142,7 +129,7 @@ def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced
     stack.start_controller()
     stack.start_worker(0)
     store = CheckpointStore(stack.config.checkpoint_dir(0))
-    wait_until(lambda: caught_up(stack, log) and all_published(get_json(stack.config.status_url)),
+    wait_until(lambda: caught_up(stack, log, QUERIES) and all_published(get_json(stack.config.status_url)),
                timeout_s=240, what="the first events processed and published")
 
     # A restore never goes back past a published checkpoint: for the corrupt
@@ -178,7 +165,7 @@ def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced
 
     stack.start_controller()
     stack.start_worker(0)
-    final = wait_until(lambda: caught_up(stack, log), timeout_s=300, what="the worker to process the whole log")
+    final = wait_until(lambda: caught_up(stack, log, QUERIES), timeout_s=300, what="the worker to process the whole log")
     assert final["recovery"]["restored_checkpoint_id"] == oldest.checkpoint_id
     worker_log = stack.services["worker-0"].log_path.read_text()
     assert f"{newest.checkpoint_id:012d}.json: not a valid checkpoint manifest" in worker_log
@@ -194,13 +181,13 @@ def test_checkpoints_disabled_restart_replays_from_the_beginning(make_stack):
     events = write_trades(log, 1500, seed=5)
     stack.start_controller()
     stack.start_worker(0)
-    first = wait_until(lambda: caught_up(stack, log), timeout_s=240, what="the first run to process the log")
+    first = wait_until(lambda: caught_up(stack, log, QUERIES), timeout_s=240, what="the first run to process the log")
     stack.kill("worker-0")
     assert CheckpointStore(stack.config.checkpoint_dir(0)).checkpoint_ids() == []
 
     stack.start_worker(0)
     # Until the new run registers, the controller still shows the killed one.
-    final = wait_until(lambda: (w := caught_up(stack, log)) and w["registrations"] > first["registrations"] and w,
+    final = wait_until(lambda: (w := caught_up(stack, log, QUERIES)) and w["registrations"] > first["registrations"] and w,
                        timeout_s=240, what="the replay to process the log")
     # The new run read every event again: nothing was restored.
     assert final["recovery"]["restored_checkpoint_id"] == 0

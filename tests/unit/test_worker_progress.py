@@ -68,6 +68,16 @@ def test_rows_accumulate_per_new_batch():
     assert status.active and status.error == ""
 
 
+def test_a_restored_query_stands_at_its_batch_until_the_next_one():
+    tracker = ProgressTracker()
+    tracker.restored("out", 4, {"0": 400})
+    tracker.restored("done", 9, {"0": 900}, finished=True)
+    tracker.started("out")                                  # Spark's start event changes nothing
+    assert tracker.snapshot() == [QueryStatus("done", 9, {"0": 900}, active=False), QueryStatus("out", 4, {"0": 400})]
+    tracker.on_progress(progress(5, 20, end_offset={"0": 480}))
+    assert tracker.snapshot()[1] == QueryStatus("out", 5, {"0": 480}, rows_processed=20, rows_per_second=12.5)
+
+
 def test_repeated_batch_id_does_not_double_count():
     tracker = ProgressTracker()
     tracker.on_progress(progress(0, 10, end_offset='{"0": 100}'))

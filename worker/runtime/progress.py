@@ -81,10 +81,12 @@ class ProgressTracker:
                 rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
             )
 
-    def finished(self, name: str, batch_id: int, offsets: dict[str, int]) -> None:
-        """A query that stays finished (restored finished, not started again)."""
+    def restored(self, name: str, batch_id: int, offsets: dict[str, int], *, finished: bool = False) -> None:
+        """A query restored at ``batch_id``: where it stands until its next
+        batch (a query with nothing new to read may never report one);
+        ``finished``: it stays finished, not started again."""
         with self._lock:
-            self._queries[name] = QueryStatus(name, batch_id, dict(offsets), active=False)
+            self._queries[name] = QueryStatus(name, batch_id, dict(offsets), active=not finished)
 
     def on_terminated(self, name: str, error: str | None) -> None:
         with self._lock:

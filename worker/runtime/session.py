@@ -28,8 +28,36 @@ def start_session(settings: WorkerSettings) -> SparkSession:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    prefill_python_environment(spark)
     register_data_sources(spark)
     return spark
+
+
+def prefill_python_environment(spark: SparkSession) -> None:
+    """Give the environment of the Python functions registered from now on
+    the entries Spark's streaming source runner adds to it.
+
+    Why: a registered data source has one Python function, and one
+    environment map, shared by every query that reads it. When a query's
+    source starts, ``PythonStreamingSourceRunner.init`` puts
+    ``SPARK_LOCAL_DIRS``, ``SPARK_AUTH_SOCKET_TIMEOUT`` and
+    ``SPARK_BUFFER_SIZE`` into that map, on the query's own thread, while
+    another query that started with it may be serialising a task holding the
+    same map: a ``HashMap`` that grows while it is written is a corrupt task,
+    and every attempt fails with ``java.io.OptionalDataException`` (seen when
+    a restored worker starts its queries together). With the keys present
+    (same values), those puts only replace values and the map never changes
+    shape. ``bench/query_start_race.py`` reproduces the failure without this.
+    """
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    local_dirs = jvm.org.apache.spark.SparkEnv.get().blockManager().diskBlockManager().localDirs()
+    timeout = sc.getConf().get("spark.python.authenticate.socketTimeout", "15s")
+    sc.environment.update({
+        "SPARK_LOCAL_DIRS": ",".join(str(d.getPath()) for d in local_dirs),
+        "SPARK_AUTH_SOCKET_TIMEOUT": str(jvm.org.apache.spark.network.util.JavaUtils.timeStringAsSec(timeout)),
+        "SPARK_BUFFER_SIZE": str(int(sc.getConf().get("spark.buffer.size", "65536"))),
+    })
 
 
 def register_data_sources(spark: SparkSession) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 from pyspark.sql import SparkSession
 
@@ -34,29 +35,31 @@ def start_session(settings: WorkerSettings) -> SparkSession:
 
 
 def prefill_python_environment(spark: SparkSession) -> None:
-    """Give the environment of the Python functions registered from now on
-    the entries Spark's streaming source runner adds to it.
+    """Give the environment of every Python function registered from now on
+    the entries Spark's streaming source runner puts into it.
 
     Why: a registered data source has one Python function, and one
-    environment map, shared by every query that reads it. When a query's
-    source starts, ``PythonStreamingSourceRunner.init`` puts
-    ``SPARK_LOCAL_DIRS``, ``SPARK_AUTH_SOCKET_TIMEOUT`` and
-    ``SPARK_BUFFER_SIZE`` into that map, on the query's own thread, while
-    another query that started with it may be serialising a task holding the
-    same map: a ``HashMap`` that grows while it is written is a corrupt task,
-    and every attempt fails with ``java.io.OptionalDataException`` (seen when
-    a restored worker starts its queries together). With the keys present
-    (same values), those puts only replace values and the map never changes
-    shape. ``bench/query_start_race.py`` reproduces the failure without this.
+    ``java.util.HashMap`` of environment variables, shared by every query
+    that reads it. When a query's source starts,
+    ``PythonStreamingSourceRunner.init`` puts these four entries into that
+    map, on the query's own thread. Two queries starting together (a restored
+    worker starts all of them at once) put the same absent keys at the same
+    time, and an unsynchronised ``HashMap`` can count an entry twice: its
+    ``size`` then exceeds its entries, every task that carries the map is
+    serialised corrupt, and every attempt fails with
+    ``java.io.OptionalDataException`` until the worker restarts. With the keys
+    present, those puts only replace values: the map never changes shape.
     """
     sc = spark.sparkContext
-    jvm = sc._jvm
-    local_dirs = jvm.org.apache.spark.SparkEnv.get().blockManager().diskBlockManager().localDirs()
-    timeout = sc.getConf().get("spark.python.authenticate.socketTimeout", "15s")
+    conf = sc.getConf()
+    timeout = conf.get("spark.python.authenticate.socketTimeout", "15s")
     sc.environment.update({
-        "SPARK_LOCAL_DIRS": ",".join(str(d.getPath()) for d in local_dirs),
-        "SPARK_AUTH_SOCKET_TIMEOUT": str(jvm.org.apache.spark.network.util.JavaUtils.timeStringAsSec(timeout)),
-        "SPARK_BUFFER_SIZE": str(int(sc.getConf().get("spark.buffer.size", "65536"))),
+        # Every runner sets this one to its block manager's directories before it
+        # starts a Python process; the key is what matters here.
+        "SPARK_LOCAL_DIRS": conf.get("spark.local.dir", os.environ.get("SPARK_LOCAL_DIRS", tempfile.gettempdir())),
+        "SPARK_AUTH_SOCKET_TIMEOUT": str(sc._jvm.org.apache.spark.network.util.JavaUtils.timeStringAsSec(timeout)),
+        "SPARK_BUFFER_SIZE": str(int(conf.get("spark.buffer.size", "65536"))),
+        "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
     })
 
 

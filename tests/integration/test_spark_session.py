@@ -1,0 +1,54 @@
+"""The worker's Spark session: the environment map a registered data source
+shares between its queries never changes shape while queries run (see
+``worker.runtime.session.prefill_python_environment``: two queries starting
+together used to corrupt it, and every task carrying it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkpoint.eventlog import EventLog
+from sparkpoint.producer import write_trades
+from worker.runtime.queries import start_queries
+from worker.runtime.session import start_session
+from worker.settings import WorkerSettings
+from worker.sinks.staging import FORMAT as STAGING_FORMAT
+from worker.sources.log_source import FORMAT as LOG_FORMAT
+
+pytestmark = pytest.mark.integration
+
+
+def shared_environment_keys(spark, source: str) -> set[str]:
+    """The keys of the environment map of ``source``'s registered Python function."""
+    registered = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource(source)
+    return set(registered.dataSourceCls().envVars().keySet().toArray())
+
+
+def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path):
+    from worker import api as sp
+
+    settings = WorkerSettings.from_env({"SP_SPARK_MASTER": "local[2]", "SP_LOG_DIR": str(tmp_path / "log"),
+                                        "SP_MAX_RECORDS_PER_BATCH": "200"})
+    log = EventLog.create(settings.log_dir / "trades", 2)
+    write_trades(log, 500, seed=3)
+    trades = sp.read.from_log("trades", schema="id long, sym string, size long", name="trades", bounded=True)
+    pipeline = sp.Pipeline.of(
+        trades | sp.write.to_files("a", name="a_out"),
+        trades | sp.aggregate("sym", {"n": "count(1)"}, name="counts") | sp.write.to_files("b", name="b_out"))
+    spark = start_session(settings)
+    try:
+        before = {name: shared_environment_keys(spark, name) for name in (LOG_FORMAT, STAGING_FORMAT)}
+        staging = {name: tmp_path / "staging" / name for name in ("a_out", "b_out")}
+        for directory in staging.values():
+            directory.mkdir(parents=True)
+        queries = start_queries(spark, pipeline, settings, tmp_path / "queries", staging)
+        for query in queries:
+            query.awaitTermination(300)
+            assert query.exception() is None and not query.isActive
+        assert all(query.lastProgress is not None for query in queries)
+        after = {name: shared_environment_keys(spark, name) for name in (LOG_FORMAT, STAGING_FORMAT)}
+    finally:
+        spark.stop()
+    assert after == before
+    assert {"SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE",
+            "SPARK_PYTHON_RUNTIME"} <= before[LOG_FORMAT]

@@ -31,7 +31,7 @@ from controller.savepoints.model import InvalidSavepointId, savepoint_number
 from sparkpoint.cli.controller_api import DEFAULT_URL, ControllerApi, checked_url
 from sparkpoint.cli.errors import DONE, CommandError
 from sparkpoint.env import Env
-from worker.stateplan.report import _table as table
+from worker.stateplan.report import render_table as table
 
 View = TypeVar("View")
 

@@ -14,16 +14,16 @@ def _state_cell(decision: NodeDecision) -> str:
     return str(decision.old or decision.new or "")
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (headers, *rows)]
 
 
 def render_plan(plan: RestorePlan) -> str:
-    lines = _table(("NODE", "ACTION", "STATE", "DETAIL"),
+    lines = render_table(("NODE", "ACTION", "STATE", "DETAIL"),
                    [(d.node, d.action.value, _state_cell(d), d.reason) for d in plan.nodes])
     if plan.queries:
-        lines += [""] + _table(("QUERY", "RESTORE"), [(q.name, q.reason) for q in plan.queries])
+        lines += [""] + render_table(("QUERY", "RESTORE"), [(q.name, q.reason) for q in plan.queries])
     lines += [""] + [f"warning: {warning}" for warning in plan.warnings]
     if plan.refused:
         lines += ["Restore refused:"] + [f"  - {refusal}" for refusal in plan.refusals()]

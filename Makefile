@@ -85,7 +85,7 @@ UP_TIMEOUT ?= 420
 WHEELHOUSE := build/wheelhouse
 IMAGE_INPUTS := pyproject.toml controller worker proto sparkpoint $(WHEELHOUSE)
 
-.PHONY: images docker-tools base-images wheelhouse up down clean docker-ps docker-logs docker-crash docker-clean-images
+.PHONY: images docker-tools base-images wheelhouse up down clean docker-ps docker-logs docker-crash docker-clean-images savepoint
 
 docker-tools:
 	@command -v docker >/dev/null 2>&1 || { echo "docker is not installed" >&2; exit 1; }
@@ -128,6 +128,10 @@ down:
 
 docker-ps:
 	$(DC) ps
+
+# The savepoint tool in the controller's container: make savepoint ARGS="create nightly".
+savepoint:
+	$(DC) exec controller python -m sparkpoint.cli savepoint $(ARGS)
 
 docker-logs:
 	$(DC) logs --tail=100

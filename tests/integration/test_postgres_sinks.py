@@ -99,6 +99,20 @@ def test_a_stale_mark_writes_nothing(postgres, tmp_path, name):
     assert second.resume() == Mark(1, 0)
 
 
+def test_a_rewound_mark_keeps_the_rows_and_publishes_past_it_again(postgres, tmp_path, name):
+    target = PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id=WORKER, complete=False)
+    target.resume()
+    target.publish([staged(tmp_path, 0, events(range(0, 3))), staged(tmp_path, 1, events(range(3, 5)))], Mark(4, 1))
+    # The user restored an older savepoint (checkpoint 2, batch 0) and consented.
+    target.rewind(Mark(2, 0))
+    assert PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id=WORKER,
+                                       complete=False).resume() == Mark(2, 0)
+    # The replayed batch 1 publishes on top of the rewound mark: its rows twice, as consented.
+    assert target.publish([staged(tmp_path, 1, events(range(3, 5)))], Mark(6, 1)) is Outcome.PUBLISHED
+    assert query(postgres, f"SELECT id, count(*) FROM {name} GROUP BY id ORDER BY id") == \
+        [(0, 1), (1, 1), (2, 1), (3, 2), (4, 2)]
+
+
 def test_transactional_complete_mode_replaces_this_workers_table_only(postgres, tmp_path, name):
     mine = PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id=WORKER, complete=True)
     other = PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id="worker-1", complete=True)

@@ -152,14 +152,16 @@ class PostgresTransactionalTarget:
         """The older mark; the rows published past it stay (a database's
         readers may have used them) and are published again."""
         try:
-            conn = self._connection.get()
-            conn.execute(sql.SQL("UPDATE {} SET checkpoint_id = %s, batch_id = %s, published_at = now() "
-                                 "WHERE sink = %s AND worker = %s").format(sql.Identifier(PROGRESS_TABLE)),
-                         (mark.checkpoint_id, mark.batch_id, self.sink, self.worker_id))
+            self._write_mark(self._connection.get(), mark)
         except BaseException:
             self._connection.close()
             raise
         self._mark = mark
+
+    def _write_mark(self, conn: psycopg.Connection, mark: Mark) -> None:
+        conn.execute(sql.SQL("UPDATE {} SET checkpoint_id = %s, batch_id = %s, published_at = now() "
+                             "WHERE sink = %s AND worker = %s").format(sql.Identifier(PROGRESS_TABLE)),
+                     (mark.checkpoint_id, mark.batch_id, self.sink, self.worker_id))
 
     def _read_mark(self, conn: psycopg.Connection, *, lock: bool = False) -> Mark | None:
         query = sql.SQL("SELECT checkpoint_id, batch_id FROM {} WHERE sink = %s AND worker = %s{}").format(
@@ -200,9 +202,7 @@ class PostgresTransactionalTarget:
                     constants = [(WORKER_COLUMN, self.worker_id)] if self.complete else []
                     _copy(conn, table_identifier(self.table), rows, constants)
                 # 5.
-                conn.execute(sql.SQL("UPDATE {} SET checkpoint_id = %s, batch_id = %s, published_at = now() "
-                                     "WHERE sink = %s AND worker = %s").format(sql.Identifier(PROGRESS_TABLE)),
-                             (mark.checkpoint_id, mark.batch_id, self.sink, self.worker_id))
+                self._write_mark(conn, mark)
             # 6. (leaving the block commits; a rolled-back step 1 lands here too)
         except BaseException:
             self._connection.close()

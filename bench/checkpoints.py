@@ -28,7 +28,7 @@ from bench.report import publish_table, spread_row  # noqa: E402
 from sparkpoint.devstack import LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
 from sparkpoint.producer import write_trades  # noqa: E402
-from tests.support import get_json, wait_until  # noqa: E402
+from tests.support import get_json, new_run_processed, wait_until  # noqa: E402
 
 QUERIES = {"enriched_out", "vwap_out"}
 
@@ -75,8 +75,8 @@ def recovery_times(root: Path, kills: int) -> list[float]:
             killed = time.monotonic()
             stack.kill("worker-0")
             stack.start_worker(0)
-            wait_until(lambda: (w := worker(stack)) and w["registrations"] > before["registrations"]
-                       and w["batch_id"] >= 0, timeout_s=300, what="the first batch after restart", interval_s=0.1)
+            wait_until(lambda: new_run_processed(worker(stack), before), timeout_s=300,
+                       what="the first batch after restart", interval_s=0.1)
             times.append(time.monotonic() - killed)
     finally:
         stack.stop_all()

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.report import publish_table, spread_row  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
 from tests.chaos.compose import REPO, ComposeStack  # noqa: E402
-from tests.support import wait_until  # noqa: E402
+from tests.support import new_run_processed, wait_until  # noqa: E402
 
 
 def running(stack: ComposeStack, index: int) -> dict | None:
@@ -42,13 +42,8 @@ def crash_to_first_batch(stack: ComposeStack, index: int) -> float:
     wait_until(lambda: stack.restart_count(f"worker-{index}") > restarts, timeout_s=60,
                what=f"worker-{index} restarted by its policy", interval_s=0.1)
 
-    def first_new_batch() -> bool:
-        # Registering resets the state to "starting"; running/recovering with a
-        # batch id then comes from a report of the new run, not the old one.
-        worker = stack.worker(index)
-        return (worker is not None and worker["registrations"] > before["registrations"]
-                and worker["state"] in ("running", "recovering") and worker["batch_id"] >= 0)
-    wait_until(first_new_batch, timeout_s=600, what=f"worker-{index}'s first batch after the crash", interval_s=0.1)
+    wait_until(lambda: new_run_processed(stack.worker(index), before), timeout_s=600,
+               what=f"worker-{index}'s first batch after the crash", interval_s=0.1)
     return time.monotonic() - crashed
 
 

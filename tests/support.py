@@ -62,6 +62,16 @@ def caught_up(stack, log, queries: set[str], index: int = 0, state: str = "runni
     return worker if all(offsets == ends for offsets in worker["offsets"].values()) else None
 
 
+def new_run_processed(worker: dict | None, before: dict) -> bool:
+    """``worker`` (a status entry) is a run registered after ``before`` that
+    has committed a batch with rows. Registering resets the state to
+    "starting", so running/recovering comes from the new run's own report;
+    a restored run reports its restored batch until it commits a new one, and
+    counts rows from 0."""
+    return (worker is not None and worker["registrations"] > before["registrations"]
+            and worker["state"] in ("running", "recovering") and worker["rows_processed"] > 0)
+
+
 def all_published(status: dict) -> bool:
     """Every worker's every staged sink has published its query's latest
     batch, and there is one (transactional sinks publish one checkpoint

@@ -315,9 +315,10 @@ def serve(settings: WorkerSettings, pipeline: Pipeline, layout: PipelineLayout, 
             writer.finished_nodes = pipeline.finished_nodes(live.finished)
             scheduler = CheckpointScheduler(settings.checkpoint_freq_ms, monotonic_ms(),
                                             last_id=max(store.highest_id_ever(), registered.last_checkpoint_id))
-            live.runner = commands.runner = CheckpointRunner(
+            live.runner = CheckpointRunner(
                 writer, store, scheduler, CheckpointCommitter(client.commit_checkpoint, notifier),
                 retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=publisher.durable)
+            commands.attach(live.runner)
             live.runner.start()
         bounded = {b.sink.name for b in pipeline.branches if b.bounded}
         while not stop.is_set() and not commands.restart.is_set():

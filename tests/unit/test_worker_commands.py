@@ -78,3 +78,46 @@ def test_an_export_starts_once_and_its_answer_is_repeated_until_it_arrived():
 
 def test_a_restart_is_passed_on():
     assert CommandBook().on_reply(reply(Restart())) == [Restart()]
+
+
+# --- CommandExecutor: exports -----------------------------------------------------------------
+
+def stored_checkpoint(tmp_path):
+    from worker.checkpointing.manifest import FileEntry, Manifest, QueryCut
+    from worker.checkpointing.store import CheckpointStore
+
+    store = CheckpointStore(tmp_path / "checkpoints")
+    source = tmp_path / "offsets-0"
+    source.write_bytes(b"v1\n{}\n{}")
+    blob = store.put_file(source)
+    store.write_manifest(Manifest(4, "worker-0", 1.0, 1.0, blob.size, ("src",), (
+        QueryCut("out", 0, {"0": 10}, {"offsets/0": FileEntry(blob.sha256, blob.size)}),)))
+    return store
+
+
+def executor_for(tmp_path):
+    from worker.control.actions import CommandExecutor
+    from worker.settings import WorkerSettings
+
+    settings = WorkerSettings.from_env({"SP_SAVEPOINT_DIR": str(tmp_path / "savepoints")})
+    return CommandExecutor(CommandBook(), stored_checkpoint(tmp_path), settings)
+
+
+def test_an_export_writes_a_checkpoint_store_under_the_savepoint_root_and_answers(tmp_path):
+    from worker.checkpointing.store import CheckpointStore
+
+    executor = executor_for(tmp_path)
+    export = Export("sp-000001", 4, "nightly/worker-0")
+    executor.export(export)
+    assert executor.book.answers().exports == [ExportAnswer("sp-000001", "nightly/worker-0", "")]
+    exported = CheckpointStore(tmp_path / "savepoints" / "nightly" / "worker-0")
+    exported.verify(exported.load(4))
+
+
+def test_an_export_outside_the_savepoint_root_is_answered_with_the_refusal(tmp_path):
+    executor = executor_for(tmp_path)
+    export = Export("sp-000001", 4, "../escaped")
+    executor.export(export)
+    [answer] = executor.book.answers().exports
+    assert "'..' is not allowed" in answer.error
+    assert not (tmp_path / "escaped").exists()

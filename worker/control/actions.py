@@ -29,6 +29,11 @@ class CommandExecutor:
         self.runner: CheckpointRunner | None = None     # set once checkpoints run
         self.restart = threading.Event()                 # the controller holds a new restore plan
 
+    def attach(self, runner: CheckpointRunner) -> None:
+        """Checkpoints run from now on: pinned ones (from replies so far) are spared at once."""
+        runner.pin(self.book.pinned())
+        self.runner = runner
+
     def on_reply(self, reply: ReportReply) -> None:
         for action in self.book.on_reply(reply):
             if isinstance(action, TakeCheckpoint):

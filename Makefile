@@ -131,7 +131,7 @@ docker-ps:
 
 # The savepoint tool in the controller's container: make savepoint ARGS="create nightly".
 savepoint:
-	$(DC) exec controller python -m sparkpoint.cli savepoint $(ARGS)
+	$(DC) exec -T controller python -m sparkpoint.cli savepoint $(ARGS)
 
 docker-logs:
 	$(DC) logs --tail=100

@@ -41,7 +41,7 @@ class CommandExecutor:
             elif isinstance(action, StartExport):
                 threading.Thread(target=self.export, args=(action.export,), name="sparkpoint-export",
                                  daemon=True).start()
-            elif isinstance(action, Restart):
+            elif isinstance(action, Restart) and not self.restart.is_set():
                 log.info("the controller asks for a restart (a savepoint restore)")
                 self.restart.set()
         if self.runner is not None:

@@ -50,12 +50,13 @@ def worker_status(stack, index: int = 0) -> dict | None:
     return next((w for w in status.get("workers", []) if w["worker_index"] == index), None)
 
 
-def caught_up(stack, log, queries: set[str], index: int = 0, state: str = "running") -> dict | None:
-    """Worker ``index``, once it is in ``state`` and each of ``queries`` has
-    read every partition of ``log`` to its end (a one-worker stack)."""
+def caught_up(stack, log, queries: set[str], index: int = 0, state: str = "running",
+              workers: int = 1) -> dict | None:
+    """Worker ``index`` of ``workers``, once it is in ``state`` and each of
+    ``queries`` has read its partitions of ``log`` to their end."""
     from sparkpoint.eventlog import committed_end
 
-    ends = {str(p): committed_end(log.path(p), 0) for p in range(log.partitions())}
+    ends = {str(p): committed_end(log.path(p), 0) for p in range(log.partitions()) if p % workers == index}
     worker = worker_status(stack, index)
     if worker is None or set(worker["offsets"]) != queries or worker["state"] != state:
         return None

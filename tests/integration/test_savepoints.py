@@ -35,21 +35,9 @@ def cli(stack, *args: str) -> subprocess.CompletedProcess:
 def drained(stack, log: EventLog, workers: int) -> list[dict]:
     """Every worker read its share of the log to the end, and published it."""
     def probe():
-        found = [caught_up_share(stack, log, index, workers) for index in range(workers)]
+        found = [caught_up(stack, log, QUERIES, index, workers=workers) for index in range(workers)]
         return all(found) and all_published(get_json(stack.config.status_url)) and found
     return wait_until(probe, timeout_s=300, what="every worker to process and publish its share of the log")
-
-
-def caught_up_share(stack, log: EventLog, index: int, workers: int) -> dict | None:
-    if workers == 1:
-        return caught_up(stack, log, QUERIES, index)
-    from sparkpoint.eventlog import committed_end
-
-    mine = {str(p): committed_end(log.path(p), 0) for p in range(log.partitions()) if p % workers == index}
-    worker = worker_status(stack, index)
-    if worker is None or worker["state"] != "running" or set(worker["offsets"]) != QUERIES:
-        return None
-    return worker if all(offsets == mine for offsets in worker["offsets"].values()) else None
 
 
 def restarted_from(stack, savepoint: dict, before: list[dict]) -> None:

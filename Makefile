@@ -6,7 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PROTOS := $(wildcard proto/sparkpoint/v1/*.proto)
-PROTO_OUT := $(PROTOS:.proto=_pb2.py) $(PROTOS:.proto=_pb2_grpc.py)
+# Generated into the package namespace: proto/sparkpoint/v1/x.proto -> sparkpoint/v1/x_pb2.py.
+PROTO_OUT := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS)) $(patsubst proto/%.proto,%_pb2_grpc.py,$(PROTOS))
 
 .PHONY: all deps java postgres-server proto test unit integration chaos run clean-local
 
@@ -36,9 +37,9 @@ $(STAMP): pyproject.toml
 
 deps: java postgres-server $(STAMP)
 
-# Generated gRPC code; imports are package-qualified (proto.sparkpoint.v1).
-proto/sparkpoint/v1/%_pb2.py proto/sparkpoint/v1/%_pb2_grpc.py: proto/sparkpoint/v1/%.proto $(STAMP)
-	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. $<
+# Generated gRPC code; imports are package-qualified (sparkpoint.v1).
+sparkpoint/v1/%_pb2.py sparkpoint/v1/%_pb2_grpc.py: proto/sparkpoint/v1/%.proto $(STAMP)
+	$(PY) -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. $<
 
 proto: $(PROTO_OUT)
 
@@ -83,7 +84,7 @@ COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo "docker 
 DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) -f docker-compose.yml
 UP_TIMEOUT ?= 420
 WHEELHOUSE := build/wheelhouse
-IMAGE_INPUTS := pyproject.toml controller worker proto sparkpoint $(WHEELHOUSE)
+IMAGE_INPUTS := pyproject.toml controller worker proto sparkpoint sparkpoint_cli $(WHEELHOUSE)
 
 .PHONY: images docker-tools base-images wheelhouse up down clean docker-ps docker-logs docker-crash docker-clean-images savepoint
 
@@ -131,7 +132,7 @@ docker-ps:
 
 # The savepoint tool in the controller's container: make savepoint ARGS="create nightly".
 savepoint:
-	$(DC) exec -T controller python -m sparkpoint.cli savepoint $(ARGS)
+	$(DC) exec -T controller python -m sparkpoint_cli savepoint $(ARGS)
 
 docker-logs:
 	$(DC) logs --tail=100

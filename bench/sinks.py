@@ -44,7 +44,7 @@ from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
 from sparkpoint.producer import write_trades  # noqa: E402
 from tests.pgserver import PostgresServer  # noqa: E402
 from tests.support import all_published, get_json, wait_until  # noqa: E402
-from worker.sinks.files import published_files  # noqa: E402
+from worker.publishing.targets.files import published_files  # noqa: E402
 
 STAGED = "staged, before any sink (Spark's batch)"
 MODES = (STAGED, "PostgreSQL transactional", "files transactional", "PostgreSQL upsert")

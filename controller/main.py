@@ -78,7 +78,8 @@ def main() -> None:
     # server below is stopped too and the exit status is 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host=settings.bind, port=settings.http_port,
+    app = create_app(service, checkpointer.problems if checkpointer is not None else list)
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.bind, port=settings.http_port,
                                            log_level="warning"))
     try:
         server.run()

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.checkpointing.store import atomic_write
+from sparkpoint.fileio import atomic_write
 
 log = logging.getLogger("sparkpoint.controller.checkpoint")
 
@@ -52,6 +52,7 @@ class PeriodicCheckpointer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sparkpoint-controller-ckpt", daemon=True)
         self.written = 0
+        self.error = ""     # the last write's failure; empty once a write succeeds
 
     def start(self) -> None:
         self._thread.start()
@@ -60,8 +61,14 @@ class PeriodicCheckpointer:
         try:
             self._store.save(self._snapshot())
             self.written += 1
+            self.error = ""
         except OSError as error:
-            log.error("cannot write the controller checkpoint %s: %s", self._store.path, error)
+            self.error = f"cannot write the controller checkpoint {self._store.path}: {error.strerror or error}"
+            log.error("%s", self.error)
+
+    def problems(self) -> list[str]:
+        """For ``/health``: the last write failed."""
+        return [self.error] if self.error else []
 
     def _run(self) -> None:
         while not self._stop.wait(self._frequency_s):

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.core.errors import Conflict, InvalidRequest
-from controller.core.model import (
+from controller.core.status import PipelineStatus, build_status
+from controller.progress.table import ProgressTable, WorkerRecord
+from controller.savepoints.service import SavepointService
+from controller.savepoints.view import ExportView, RestoreView, SavepointView
+from sparkpoint.messages import (
     CheckpointInfo,
     CommitOutcome,
     ProgressReport,
@@ -25,10 +29,6 @@ from controller.core.model import (
     RestoreDecision,
     WorkerState,
 )
-from controller.core.progress import ProgressTable, WorkerRecord
-from controller.core.status import PipelineStatus, build_status
-from controller.savepoints.service import SavepointService
-from controller.savepoints.view import ExportView, RestoreView, SavepointView
 
 log = logging.getLogger("sparkpoint.controller")
 
@@ -180,9 +180,6 @@ class ControllerService:
             records = list(self._table.workers.values())
             savepoints = self._savepoints.summary()
         return build_status(records, self._config.worker_count, self._clock(), savepoints)
-
-    def healthy(self) -> bool:
-        return True
 
 
 __all__ = ["ControllerService", "ServiceConfig", "WorkerState"]

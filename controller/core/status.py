@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.core.model import CheckpointInfo, QueryProgress, SinkProgress, SinkState, WorkerState
-from controller.core.progress import WorkerRecord
+from controller.progress.table import WorkerRecord
 from controller.savepoints.view import SavepointSummary
+from sparkpoint.messages import CheckpointInfo, QueryProgress, SinkContract, SinkProgress, SinkState, WorkerState
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class RecoveryView:
 class SinkView:
     name: str
     target: str
-    contract: str
+    contract: SinkContract
     state: SinkState
     error: str
     waiting_s: float            # how long it has been waiting
@@ -57,6 +57,8 @@ class WorkerStatus:
     heartbeat_age_s: float
     pipeline_fingerprint: str
     dropped_checkpoints: int
+    failed_checkpoints: int
+    checkpoint_error: str
     checkpoints_completed: int
     last_checkpoint: CheckpointView | None
     recovery: RecoveryView
@@ -144,6 +146,8 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         heartbeat_age_s=round(max(0.0, now - record.last_heartbeat), 3),
         pipeline_fingerprint=record.pipeline_fingerprint,
         dropped_checkpoints=record.dropped_checkpoints,
+        failed_checkpoints=record.failed_checkpoints,
+        checkpoint_error=record.checkpoint_error,
         checkpoints_completed=record.checkpoints_completed,
         last_checkpoint=checkpoint_view(record.last_checkpoint, now),
         recovery=recovery_view(record),

@@ -7,6 +7,7 @@ JSON ``{"error": message}``, never a stack trace.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +21,7 @@ from controller.core.status import PipelineStatus, WorkerStatus
 from controller.savepoints.model import SavepointConflict, SavepointError
 from controller.savepoints.registry import UnknownSavepoint
 from controller.savepoints.view import ExportView, RestoreView, SavepointView
+from sparkpoint.paths import UnsafePath
 
 log = logging.getLogger("sparkpoint.controller.rest")
 
@@ -28,7 +30,7 @@ log = logging.getLogger("sparkpoint.controller.rest")
 # path, an exported record).
 _HTTP_STATUS: list[tuple[type[Exception], int]] = [
     (errors.InvalidRequest, 400), (errors.NotFound, 404), (errors.Conflict, 409),
-    (UnknownSavepoint, 404), (SavepointConflict, 409), (SavepointError, 400),
+    (UnknownSavepoint, 404), (SavepointConflict, 409), (SavepointError, 400), (UnsafePath, 400),
 ]
 
 
@@ -54,12 +56,20 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": message})
 
 
-def create_app(service: ControllerService) -> FastAPI:
+class Health(BaseModel):
+    status: str = Field(description="ok, or unhealthy")
+    problems: list[str] = Field(default_factory=list, description="What is wrong, one line each")
+
+
+def create_app(service: ControllerService, problems: Callable[[], list[str]] = list) -> FastAPI:
+    """``problems``: what keeps the controller from working as it should (its
+    state cannot be written, ...); any makes ``/health`` answer 503."""
     app = FastAPI(title="Sparkpoint controller", version="1",
                   description="Pipeline-wide progress, checkpoints and savepoints of a Sparkpoint deployment.")
 
     @app.exception_handler(errors.ControllerError)
     @app.exception_handler(SavepointError)
+    @app.exception_handler(UnsafePath)
     async def controller_error(_: Request, error: Exception) -> JSONResponse:
         return _error(next((s for t, s in _HTTP_STATUS if isinstance(error, t)), 500), str(error))
 
@@ -76,9 +86,12 @@ def create_app(service: ControllerService) -> FastAPI:
         log.exception("unhandled error")
         return _error(500, "internal error; see the controller log")
 
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok" if service.healthy() else "unhealthy"}
+    @app.get("/health", response_model=Health, responses={503: {"model": Health}})
+    def health() -> Health | JSONResponse:
+        found = problems()
+        if found:
+            return JSONResponse(status_code=503, content=Health(status="unhealthy", problems=found).model_dump())
+        return Health(status="ok")
 
     @app.get("/status", response_model=PipelineStatus)
     def status() -> PipelineStatus:

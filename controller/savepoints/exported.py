@@ -23,8 +23,9 @@ from controller.savepoints.model import (
     from_json,
     to_json,
 )
-from controller.savepoints.paths import resolve_under_root
-from worker.checkpointing.store import CheckpointStore, atomic_write
+from sparkpoint.fileio import atomic_write
+from sparkpoint.paths import resolve_under_root
+from sparkpoint.storelayout import manifest_name
 
 RECORD_FILE = "savepoint.json"
 
@@ -73,7 +74,7 @@ class ExportedSavepoints:
                                        "one can be imported")
         for index, checkpoint in sorted(savepoint.checkpoints.items()):
             # The store layout's own naming, relative to the root.
-            manifest = CheckpointStore(Path(worker_dir(path, index))).manifest_path(checkpoint).as_posix()
+            manifest = f"{worker_dir(path, index)}/{manifest_name(checkpoint)}"
             if not resolve_under_root(self.root, manifest).is_file():
                 raise SavepointRecordError(f"{manifest}: no such file: worker {index}'s checkpoint {checkpoint} "
                                            "is missing from the export")

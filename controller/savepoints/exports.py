@@ -13,8 +13,8 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from controller.core.model import Export, ExportAnswer
 from controller.savepoints.model import Savepoint, SavepointConflict
+from sparkpoint.messages import Export, ExportAnswer
 
 
 class ExportState(str, enum.Enum):

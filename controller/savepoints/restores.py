@@ -19,12 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.core.model import RestoreDecision, SinkProgress
 from controller.savepoints.model import Savepoint, SavepointConflict
-
-# SinkProgress.contract of a sink that publishes on checkpoint completion:
-# it never publishes a batch twice, unless a restore goes back past its mark.
-TRANSACTIONAL = "transactional"
+from sparkpoint.messages import RestoreDecision, SinkContract, SinkProgress
 
 
 class RepublishRefused(SavepointConflict):
@@ -32,8 +28,9 @@ class RepublishRefused(SavepointConflict):
 
 
 def republished_sinks(savepoint: Savepoint, sinks: Mapping[int, Sequence[SinkProgress]]) -> list[str]:
-    """One line per transactional sink that has published output the restore
-    would publish again. ``sinks``: each worker index's sinks, as last reported.
+    """One line per transactional sink (it never publishes a batch twice,
+    unless a restore goes back past its mark) that has published output the
+    restore would publish again. ``sinks``: each worker index's sinks, as last reported.
 
     A savepoint of this deployment: the sinks that published past the
     worker's checkpoint in it. An imported one: its checkpoint ids are
@@ -43,7 +40,7 @@ def republished_sinks(savepoint: Savepoint, sinks: Mapping[int, Sequence[SinkPro
     for index, worker_sinks in sorted(sinks.items()):
         checkpoint = savepoint.checkpoints.get(index)
         for sink in worker_sinks:
-            if sink.contract != TRANSACTIONAL or checkpoint is None:
+            if sink.contract is not SinkContract.TRANSACTIONAL or checkpoint is None:
                 continue
             if savepoint.imported_from and sink.published_checkpoint_id > 0:
                 lines.append(f"sink {sink.name} on worker {index} has published up to checkpoint "

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.core.model import CheckpointNow, Command, ProgressReport, Restart, RestoreDecision
-from controller.core.progress import WorkerRecord
+from controller.progress.table import WorkerRecord
 from controller.savepoints.exported import RECORD_FILE, ExportedSavepoints
 from controller.savepoints.exports import ExportJob, ExportTracker, worker_dir
 from controller.savepoints.model import Savepoint, SavepointConflict, SavepointState
@@ -30,6 +29,7 @@ from controller.savepoints.view import (
     savepoint_summary,
     savepoint_view,
 )
+from sparkpoint.messages import CheckpointNow, Command, ProgressReport, Restart, RestoreDecision
 
 log = logging.getLogger("sparkpoint.controller.savepoints")
 
@@ -148,7 +148,7 @@ class SavepointService:
 
     def export(self, savepoint_id: str, user_path: str) -> ExportView:
         """Start writing a self-contained copy under the savepoint root.
-        Raises ``SavepointPathError``; ``SavepointConflict`` if the savepoint is
+        Raises ``UnsafePath``; ``SavepointConflict`` if the savepoint is
         not complete or is imported, or the target is taken."""
         self._expire()
         savepoint = self._registry.get(savepoint_id)
@@ -164,7 +164,7 @@ class SavepointService:
 
     def import_(self, user_path: str, label: str | None) -> SavepointView:
         """Record an exported savepoint as a new one of ours. Raises
-        ``SavepointPathError``, ``SavepointRecordError``, ``InvalidLabel``;
+        ``UnsafePath``, ``SavepointRecordError``, ``InvalidLabel``;
         ``SavepointConflict`` if it was imported already."""
         path, exported = self._exported.read(user_path)
         for savepoint in self._registry.list():

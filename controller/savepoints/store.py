@@ -21,7 +21,7 @@ from controller.savepoints.model import (
     savepoint_number,
     to_json,
 )
-from worker.checkpointing.store import atomic_write
+from sparkpoint.fileio import atomic_write
 
 QUARANTINE = "quarantine"
 

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import docker
-
 from tests.support import get_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # PostgreSQL tables (absent until a first publish creates them).
 _READ_RESULTS = """
 import json, pathlib, psycopg
-from worker.sinks.files import read_published
+from worker.publishing.targets.files import read_published
 events = []
 for path in sorted(pathlib.Path('/log/trades').glob('p-*.jsonl')):
     data = path.read_bytes()

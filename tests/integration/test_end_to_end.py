@@ -9,7 +9,7 @@ import pytest
 from sparkpoint.eventlog import EventLog, committed_end
 from sparkpoint.producer import write_trades
 from tests.support import all_published, expected_vwap, get_json, wait_until
-from worker.sinks.files import read_published
+from worker.publishing.targets.files import read_published
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """Restarting from a checkpoint with a changed pipeline file, with real Spark:
-state follows node names (DESIGN.md §6), checked by the values the sinks
+state follows node names (docs/state-mapping.md), checked by the values the sinks
 publish, not only by the worker starting; and finished nodes (a bounded
 source read to its end) refuse a changed graph unless forced."""
 
@@ -15,7 +15,7 @@ from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import append_trades, write_trades
 from tests.support import all_published, caught_up, expected_vwap, get_json, wait_until, worker_status
 from worker.checkpointing.store import CheckpointStore
-from worker.sinks.files import read_published
+from worker.publishing.targets.files import read_published
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from sparkpoint.devstack import REPO
 from sparkpoint.eventlog import EventLog, committed_end
 from sparkpoint.producer import write_trades
 from tests.support import all_published, expected_vwap, get_json, wait_until
-from worker.sinks.files import read_published
-from worker.sinks.postgres import PROGRESS_TABLE
+from worker.publishing.targets.files import read_published
+from worker.publishing.targets.postgres import PROGRESS_TABLE
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ from tests.unit.fakes import FakeClock
 from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.publishing.book import Contract, Mark, SinkBook
 from worker.publishing.publisher import Publication, Publisher
-from worker.publishing.target import Outcome
-from worker.sinks.postgres import PROGRESS_TABLE, PostgresTransactionalTarget, PostgresUpsertTarget
-from worker.sinks.staging import StagedBatch, StagingArea
+from worker.publishing.staging import StagedBatch, StagingArea
+from worker.publishing.targets import Outcome
+from worker.publishing.targets.postgres import PROGRESS_TABLE, PostgresTransactionalTarget, PostgresUpsertTarget
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
 from tests.support import all_published, caught_up, expected_vwap, get_json, wait_until, worker_status
 from worker.checkpointing.store import CheckpointStore
-from worker.sinks.files import read_published
+from worker.publishing.targets.files import read_published
 
 pytestmark = pytest.mark.integration
 

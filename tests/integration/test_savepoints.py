@@ -16,7 +16,7 @@ from sparkpoint.devstack import REPO
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
 from tests.support import all_published, caught_up, expected_vwap, get_json, wait_until, worker_status
-from worker.sinks.files import read_published
+from worker.publishing.targets.files import read_published
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ SETTINGS = {"SP_CHECKPOINT_FREQ": "500", "SP_MAX_RECORDS_PER_BATCH": "500", "SP_
 
 def cli(stack, *args: str) -> subprocess.CompletedProcess:
     """``sparkpoint savepoint ...`` against the stack's controller."""
-    return subprocess.run([sys.executable, "-m", "sparkpoint.cli", "savepoint", *args,
+    return subprocess.run([sys.executable, "-m", "sparkpoint_cli", "savepoint", *args,
                            "--controller", f"http://localhost:{stack.config.http_port}"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controller.core.model import (
+from controller.savepoints.model import SavepointState
+from sparkpoint.messages import (
     CheckpointInfo,
     Export,
     ExportAnswer,
@@ -17,7 +18,6 @@ from controller.core.model import (
     SinkProgress,
     WorkerState,
 )
-from controller.savepoints.model import SavepointState
 
 
 class Pipeline:

@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from sparkpoint.messages import CheckpointInfo
+from worker.checkpointing.layout import Column, QueryLayout, StatefulNode, StateSchema
 from worker.checkpointing.manifest import Manifest
 from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier
-from worker.checkpointing.restore import RestoreRefused, restore
 from worker.checkpointing.runner import CheckpointCommitter, CheckpointRunner
 from worker.checkpointing.store import CheckpointStore
 from worker.checkpointing.writer import CheckpointWriter
-from worker.stateplan.layout import Column, PipelineLayout, QueryLayout, StatefulNode, StateSchema
+from worker.stateplan.layout import PipelineLayout
+from worker.stateplan.restore import RestoreRefused, restore
 
 WAIT_S = 10.0
 BATCH_METADATA = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1700000000000,
@@ -330,7 +332,7 @@ class FakeController:
         self.cond = threading.Condition()
         self.down = False
         self.attempts: list[int] = []
-        self.committed: list[Manifest] = []
+        self.committed: list[CheckpointInfo] = []
         self.completed: list[int] = []      # what the notifier delivered
         self.durable: list[int] = []        # what the runner handed to on_durable (the publisher)
         self.durable_at_commit: list[bool] = []
@@ -339,15 +341,15 @@ class FakeController:
         with self.cond:
             self.durable.append(manifest.checkpoint_id)
 
-    def commit(self, manifest: Manifest) -> int:
+    def commit(self, checkpoint: CheckpointInfo) -> int:
         with self.cond:
-            self.attempts.append(manifest.checkpoint_id)
-            self.durable_at_commit.append(manifest.checkpoint_id in self.durable)
+            self.attempts.append(checkpoint.checkpoint_id)
+            self.durable_at_commit.append(checkpoint.checkpoint_id in self.durable)
             self.cond.notify_all()
             if self.down:
                 raise ConnectionError("controller unreachable")
-            self.committed.append(manifest)
-            return manifest.checkpoint_id
+            self.committed.append(checkpoint)
+            return checkpoint.checkpoint_id
 
     def on_complete(self, checkpoint_id: int) -> None:
         with self.cond:
@@ -395,12 +397,12 @@ def test_runner_writes_and_commits_a_checkpoint(runner_parts, store):
     next_checkpoint(clock, controller, 1)
     controller.wait_for(lambda: controller.completed == [1])
     assert store.checkpoint_ids() == [1]
-    assert controller.committed == [store.load(1)]
+    assert controller.committed == [store.load(1).info()]
     assert notifier.last_completed == 1
     # The publisher learned the checkpoint's cut before its completion could arrive.
     assert controller.durable == [1] and controller.durable_at_commit == [True]
     stats = runner.stats()
-    assert (stats.last.checkpoint_id, stats.dropped, stats.failed) == (1, 0, 0)
+    assert (stats.dropped, stats.failed, stats.error) == (0, 0, "")
 
 
 def test_runner_keeps_only_the_retained_checkpoints_and_their_blobs(runner_parts, store):
@@ -411,7 +413,7 @@ def test_runner_keeps_only_the_retained_checkpoints_and_their_blobs(runner_parts
         next_checkpoint(clock, controller, checkpoint_id)
     controller.wait_for(lambda: controller.completed == [1, 2, 3, 4])
     assert store.checkpoint_ids() == [3, 4]
-    assert controller.committed[-1] == store.load(4)
+    assert controller.committed[-1] == store.load(4).info()
     assert controller.committed[-1].queries[0].batch_id == 4
     kept = store.load(3).digests() | store.load(4).digests()
     assert {p.name for p in store.blobs.rglob("*") if p.is_file()} == kept
@@ -473,7 +475,7 @@ def test_a_failed_checkpoint_is_counted_and_the_next_one_is_taken(runner_parts, 
     clock.now += FREQ_MS
     assert gated.started.wait(WAIT_S)           # checkpoint 1: disk full
     scheduler.wait_finished(1)
-    assert runner.stats().failed == 1
+    assert (runner.stats().failed, runner.stats().error) == (1, "checkpoint 1: OSError: [Errno 28] No space left on device")
     clock.now += FREQ_MS
     controller.wait_for(lambda: controller.completed == [2])
     assert store.checkpoint_ids() == [2]

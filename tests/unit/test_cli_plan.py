@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkpoint.cli import main
+from sparkpoint_cli import main
 from worker.api.loader import load_pipeline
+from worker.checkpointing.layout import Column, StateSchema
 from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.checkpointing.store import CheckpointStore
-from worker.stateplan.layout import Column, StateSchema, pipeline_layout
+from worker.stateplan.layout import pipeline_layout
 
 SCHEMAS = {"vwap_state": StateSchema((Column("sym", "string"),), (Column("volume", "bigint", "sum(size)"),)),
            "counts": StateSchema((Column("sym", "string"),), (Column("n", "bigint", "count(1)"),))}

@@ -12,10 +12,10 @@ from collections.abc import Callable
 import pytest
 import uvicorn
 
-from controller.core.model import ExportAnswer, SinkProgress
 from controller.rest.app import create_app
-from sparkpoint.cli import main
-from sparkpoint.cli.savepoint import Waiting
+from sparkpoint.messages import ExportAnswer, SinkContract, SinkProgress
+from sparkpoint_cli import main
+from sparkpoint_cli.savepoint import Waiting
 from tests.unit.fakes import SAVEPOINT_TIMEOUT_S
 from tests.unit.savepoint_support import Pipeline, take, write_part
 
@@ -191,7 +191,7 @@ def test_restore_says_what_each_worker_will_do(url, pipeline, capsys):
 
 def test_a_restore_past_a_publish_is_refused_with_exit_2_until_allowed(url, pipeline, capsys):
     take(pipeline)
-    pipeline.sinks[1] = (SinkProgress("events_pg", contract="transactional", published_checkpoint_id=12),)
+    pipeline.sinks[1] = (SinkProgress("events_pg", contract=SinkContract.TRANSACTIONAL, published_checkpoint_id=12),)
     pipeline.report(1)
     assert run(url, "restore", "sp-000001") == 2
     assert capsys.readouterr().err == (
@@ -249,7 +249,7 @@ def test_an_export_the_controller_forgot_is_explained(url, pipeline, clock, caps
 
 
 @pytest.mark.parametrize(("path", "message"), [
-    ("../outside", "'../outside': '..' is not allowed in a savepoint path"),
+    ("../outside", "'../outside': '..' is not allowed in a path under the savepoint root"),
     ("/etc", "'/etc': an absolute path is not allowed; give a path relative to the savepoint root"),
     ("escape/x", "'escape/x' leads outside the savepoint root through a symbolic link"),
 ])

@@ -4,13 +4,12 @@ view, and the CommitCheckpoint RPC end to end (in-process gRPC)."""
 
 from __future__ import annotations
 
-
 import pytest
 
-from tests.unit.fakes import new_service
-
 from controller.checkpointing.store import ControllerCheckpointError, ControllerCheckpointStore
-from controller.core.model import (
+from controller.core.service import InvalidSnapshot
+from controller.grpc.servicer import start_grpc_server
+from sparkpoint.messages import (
     CheckpointInfo,
     ProgressReport,
     QueryCut,
@@ -20,8 +19,7 @@ from controller.core.model import (
     ReportStatus,
     WorkerState,
 )
-from controller.core.service import InvalidSnapshot
-from controller.grpc.servicer import start_grpc_server
+from tests.unit.fakes import new_service
 from worker.checkpointing.manifest import FileEntry, Manifest
 from worker.checkpointing.manifest import QueryCut as ManifestCut
 from worker.control.client import ControllerClient, NotRegistered, WorkerIdentity

@@ -3,11 +3,10 @@ driven with a fake clock and deterministic session ids (no sleeps)."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from controller.core.errors import Conflict, InvalidRequest
-from controller.core.model import (
+from sparkpoint.messages import (
     ProgressReport,
     QueryProgress,
     Registration,

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from psycopg.conninfo import conninfo_to_dict
 
 from controller.settings import ControllerSettings

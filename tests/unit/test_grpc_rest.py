@@ -13,21 +13,24 @@ from fastapi.testclient import TestClient
 
 from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
-from proto.sparkpoint.v1 import controller_pb2 as pb
-from tests.unit.fakes import new_service
-from worker.checkpointing.manifest import Manifest
-from worker.control.client import (
+from sparkpoint.messages import (
+    CheckpointInfo,
     CheckpointNow,
-    ControllerClient,
     Export,
     ExportAnswer,
-    RegistrationRefused,
+    ProgressReport,
+    QueryProgress,
+    ReportStatus,
     Restart,
-    RestoreTarget,
-    WorkerIdentity,
+    RestoreDecision,
+    SavepointAnswer,
+    SinkContract,
+    SinkProgress,
+    SinkState,
+    WorkerState,
 )
-from worker.publishing.publisher import SinkStatus
-from worker.runtime.progress import QueryStatus
+from tests.unit.fakes import new_service
+from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
 
 
 @pytest.fixture
@@ -58,6 +61,11 @@ def rest(service):
         yield client
 
 
+def send(client: ControllerClient, seq: int, state: WorkerState, queries=(), **fields):
+    """One progress report through the worker's client."""
+    return client.report(ProgressReport(seq=seq, state=state, queries=tuple(queries), **fields))
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -70,7 +78,7 @@ def test_register_once(make_client, service):
     registered = make_client("w1", 1).register_once()
     assert registered.session_id == "s1"
     assert (registered.worker_index, registered.worker_count) == (1, 2)
-    assert registered.restore.checkpoint_id is None and registered.restore.savepoint_id == ""
+    assert registered.restore == RestoreDecision()
     assert service.worker("w1").pipeline_fingerprint == "fp-1"
 
 
@@ -78,10 +86,10 @@ def test_report_statuses(make_client, service):
     client = make_client()
     session = client.register_once().session_id
     assert client.session_id == session
-    queries = [QueryStatus("out", batch_id=2, offsets={"0": 120, "1": 64}, rows_processed=9, rows_per_second=3.5)]
-    assert client.report(1, pb.WORKER_STATE_RUNNING, queries).status == pb.REPORT_STATUS_ACCEPTED
-    assert client.report(1, pb.WORKER_STATE_RUNNING, queries).status == pb.REPORT_STATUS_DUPLICATE
-    assert make_client("ghost", 1).report(1, pb.WORKER_STATE_RUNNING, []).status == pb.REPORT_STATUS_UNKNOWN_WORKER
+    queries = [QueryProgress("out", batch_id=2, offsets={"0": 120, "1": 64}, rows_processed=9, rows_per_second=3.5)]
+    assert send(client, 1, WorkerState.RUNNING, queries).status == ReportStatus.ACCEPTED
+    assert send(client, 1, WorkerState.RUNNING, queries).status == ReportStatus.DUPLICATE
+    assert send(make_client("ghost", 1), 1, WorkerState.RUNNING, []).status == ReportStatus.UNKNOWN_WORKER
     record = service.worker("w0")
     assert record.state.value == "running"
     assert record.queries[0].offsets == {"0": 120, "1": 64}
@@ -94,15 +102,8 @@ def test_reports_of_an_older_session_are_stale(make_client):
     new = make_client()
     new.register_once()                       # the same worker id, restarted
     assert new.session_id != old.session_id
-    assert old.report(5, pb.WORKER_STATE_RUNNING, []).status == pb.REPORT_STATUS_STALE
-    assert new.report(1, pb.WORKER_STATE_RUNNING, []).status == pb.REPORT_STATUS_ACCEPTED
-
-
-def test_unspecified_state_is_starting(make_client, service):
-    client = make_client()
-    client.register_once()
-    assert client.report(1, pb.WORKER_STATE_UNSPECIFIED, []).status == pb.REPORT_STATUS_ACCEPTED
-    assert service.worker("w0").state.value == "starting"
+    assert send(old, 5, WorkerState.RUNNING, []).status == ReportStatus.STALE
+    assert send(new, 1, WorkerState.RUNNING, []).status == ReportStatus.ACCEPTED
 
 
 def test_worker_count_conflict_is_refused(make_client):
@@ -150,9 +151,8 @@ def test_register_returns_none_when_already_stopped(make_client):
 
 # --- savepoints over gRPC: commands, answers, pins and restore plans -----------------------
 
-def checkpoint(checkpoint_id: int) -> Manifest:
-    return Manifest(checkpoint_id=checkpoint_id, worker_id="w", created_at=1.0, duration_ms=1.0, bytes_copied=0,
-                    node_names=(), queries=())
+def checkpoint(checkpoint_id: int) -> CheckpointInfo:
+    return CheckpointInfo(checkpoint_id=checkpoint_id, created_at=1.0, duration_ms=1.0)
 
 
 def test_a_savepoint_is_taken_restored_and_exported_through_the_workers_client(make_client, service):
@@ -162,22 +162,23 @@ def test_a_savepoint_is_taken_restored_and_exported_through_the_workers_client(m
         worker.commit_checkpoint(checkpoint(committed))
     savepoint_id = service.trigger_savepoint("before v2").id
 
-    reply = workers[0].report(1, pb.WORKER_STATE_RUNNING, [])
+    reply = send(workers[0], 1, WorkerState.RUNNING, [])
     assert reply.commands == (CheckpointNow(savepoint_id),) and reply.pinned == frozenset()
-    assert workers[0].report(2, pb.WORKER_STATE_RUNNING, [], savepoint_answers={savepoint_id: 5}).commands == ()
+    answered = send(workers[0], 2, WorkerState.RUNNING, savepoint_answers=(SavepointAnswer(savepoint_id, 5),))
+    assert answered.commands == ()
     workers[0].commit_checkpoint(checkpoint(5))
-    assert workers[1].report(1, pb.WORKER_STATE_RUNNING, [], savepoint_answers={savepoint_id: 9}).pinned == {9}
-    assert workers[0].report(3, pb.WORKER_STATE_RUNNING, []).pinned == {5}
+    assert send(workers[1], 1, WorkerState.RUNNING, savepoint_answers=(SavepointAnswer(savepoint_id, 9),)).pinned == {9}
+    assert send(workers[0], 3, WorkerState.RUNNING, []).pinned == {5}
 
     service.restore_savepoint(savepoint_id, allow_republish=True)
-    assert workers[0].report(4, pb.WORKER_STATE_RUNNING, []).commands == (Restart(),)
-    assert workers[0].register_once().restore == RestoreTarget(5, savepoint_id, "", True)
+    assert send(workers[0], 4, WorkerState.RUNNING, []).commands == (Restart(),)
+    assert workers[0].register_once().restore == RestoreDecision(5, savepoint_id, "", True)
 
     service.export_savepoint(savepoint_id, "exports/one")
-    [export] = workers[1].report(2, pb.WORKER_STATE_RUNNING, []).commands[1:]
+    [export] = send(workers[1], 2, WorkerState.RUNNING, []).commands[1:]
     assert export == Export(savepoint_id, 9, "exports/one/worker-1")
     failed = ExportAnswer(savepoint_id, export.dir, "disk full")
-    assert workers[1].report(3, pb.WORKER_STATE_RUNNING, [], exports=[failed]).commands == (Restart(),)
+    assert send(workers[1], 3, WorkerState.RUNNING, [], exports=(failed,)).commands == (Restart(),)
     [export_view] = service.savepoint(savepoint_id).exports
     assert export_view.error == "worker 1 could not write exports/one/worker-1: disk full"
 
@@ -194,7 +195,7 @@ def test_an_imported_savepoint_plan_names_the_import_dir(make_client, service, t
     savepoint_id = service.import_savepoint("exports/one", None).id
     service.restore_savepoint(savepoint_id, allow_republish=False)
     restore = make_client("w1", 1).register_once().restore
-    assert restore == RestoreTarget(4, savepoint_id, "exports/one/worker-1", False)
+    assert restore == RestoreDecision(4, savepoint_id, "exports/one/worker-1", False)
     assert restore.describe() == f"checkpoint 4 of savepoint {savepoint_id} (imported from exports/one/worker-1)"
 
 
@@ -202,15 +203,22 @@ def test_an_imported_savepoint_plan_names_the_import_dir(make_client, service, t
 
 def test_health(rest):
     response = rest.get("/health")
-    assert response.status_code == 200 and response.json() == {"status": "ok"}
+    assert response.status_code == 200 and response.json() == {"status": "ok", "problems": []}
+
+
+def test_health_is_503_naming_each_problem(service):
+    problems = ["cannot write the controller checkpoint /state/controller-checkpoint.json: No space left on device"]
+    with TestClient(create_app(service, lambda: problems)) as client:
+        response = client.get("/health")
+    assert response.status_code == 503 and response.json() == {"status": "unhealthy", "problems": problems}
 
 
 def test_status_after_grpc_registration_and_report(make_client, rest, clock):
     client = make_client("w0", 0)
     client.register_once()
     clock.now += 2
-    client.report(1, pb.WORKER_STATE_RUNNING,
-                  [QueryStatus("out", batch_id=4, offsets={"0": 120}, rows_processed=30, rows_per_second=6.0)])
+    send(client, 1, WorkerState.RUNNING,
+                  [QueryProgress("out", batch_id=4, offsets={"0": 120}, rows_processed=30, rows_per_second=6.0)])
     clock.now += 1.5
     response = rest.get("/status")
     assert response.status_code == 200
@@ -232,14 +240,14 @@ def test_sinks_publishing_and_waiting_reach_status(make_client, rest, clock, ser
     client = make_client("w0", 0)
     client.register_once()
     sinks = [
-        SinkStatus("events_pg", "PostgreSQL table events (transactional)", "transactional", waiting=True,
-                   error="OperationalError: connection refused", waiting_since=clock.now - 20,
-                   next_retry_at=clock.now + 4, published_checkpoint_id=7, published_batch_id=31, pending_batches=5),
-        SinkStatus("vwap_pg", "PostgreSQL table vwap (upsert on sym, version trades)", "upsert", waiting=False,
-                   error="", waiting_since=0.0, next_retry_at=0.0, published_checkpoint_id=0, published_batch_id=40,
-                   pending_batches=0),
+        SinkProgress("events_pg", "PostgreSQL table events (transactional)", SinkContract.TRANSACTIONAL,
+                     SinkState.WAITING, error="OperationalError: connection refused", waiting_since=clock.now - 20,
+                     next_retry_at=clock.now + 4, published_checkpoint_id=7, published_batch_id=31,
+                     pending_batches=5),
+        SinkProgress("vwap_pg", "PostgreSQL table vwap (upsert on sym, version trades)", SinkContract.UPSERT,
+                     SinkState.OK, published_batch_id=40),
     ]
-    client.report(1, pb.WORKER_STATE_RUNNING, [], sinks=sinks)
+    send(client, 1, WorkerState.RUNNING, [], sinks=tuple(sinks))
     clock.now += 1
     [worker] = rest.get("/status").json()["workers"]
     waiting, ok = worker["sinks"]

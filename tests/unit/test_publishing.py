@@ -11,14 +11,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sparkpoint.errors import describe_error
+from sparkpoint.messages import SinkContract, SinkState
 from tests.unit.fakes import FakeClock
 from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.publishing.book import Contract, Mark, SinkBook
-from worker.publishing.publisher import Publication, Publisher, describe_error
-from worker.publishing.target import Outcome
-from worker.sinks import files
-from worker.sinks.files import FilesTarget, read_mark, read_published
-from worker.sinks.staging import StagedFile, StagingArea, StagingStreamWriter
+from worker.publishing.publisher import Publication, Publisher
+from worker.publishing.staging import StagingArea
+from worker.publishing.targets import Outcome, files
+from worker.publishing.targets.files import FilesTarget, read_mark, read_published
+from worker.sinks.staging import StagedFile, StagingStreamWriter
 
 WORKER = "worker-0"
 
@@ -260,7 +262,8 @@ class FakeTarget:
 
 def publisher_for(tmp_path: Path, target, contract=Contract.ON_COMPLETION, complete=False, clock=None):
     staging = fresh_staging(tmp_path)
-    publication = Publication("out", "transactional", SinkBook(contract, complete=complete), target, staging)
+    publication = Publication("out", SinkContract.TRANSACTIONAL, SinkBook(contract, complete=complete), target,
+                              staging)
     publisher = Publisher([publication], clock=clock or FakeClock())
     assert publisher.resume_all(threading.Event())
     return publisher, staging
@@ -280,7 +283,7 @@ def test_the_publisher_publishes_on_completion_and_deletes_what_it_published(tmp
     assert staging.batches() == [2]
     status = publisher.statuses()[0]
     assert (status.published_checkpoint_id, status.published_batch_id, status.pending_batches) == (1, 1, 1)
-    assert not status.waiting
+    assert not status.state is SinkState.WAITING
 
 
 @pytest.mark.parametrize("cut", ["before", "after"])
@@ -294,7 +297,7 @@ def test_a_commit_cut_is_resolved_by_reading_the_mark_again(tmp_path, cut):
     publisher.completed(1)
     target.cut = cut
     publisher.step()
-    assert publisher.statuses()[0].waiting
+    assert publisher.statuses()[0].state is SinkState.WAITING
     clock.now += 60
     publisher.step()
     assert sorted(target.rows) == [0, 1, 2]       # exactly once, whichever side of COMMIT it broke
@@ -313,7 +316,7 @@ def test_a_target_that_is_down_makes_the_sink_wait_visibly_and_lose_nothing(tmp_
         publisher.completed(batch_id + 1)
     publisher.step()
     status = publisher.statuses()[0]
-    assert status.waiting and status.error == "ConnectionError: connection refused"
+    assert status.state is SinkState.WAITING and status.error == "ConnectionError: connection refused"
     assert status.waiting_since == 1000.0 and status.next_retry_at > 1000.0
     assert status.pending_batches == 2
     # Not retried before it is due; staging keeps growing meanwhile.
@@ -326,7 +329,7 @@ def test_a_target_that_is_down_makes_the_sink_wait_visibly_and_lose_nothing(tmp_
     clock.now += 0.02
     publisher.step()
     status = publisher.statuses()[0]
-    assert not status.waiting and status.error == ""
+    assert status.state is SinkState.OK and status.error == ""
     assert (target.rows, target.mark, status.pending_batches) == ([0, 1], Mark(2, 1), 1)
 
 
@@ -339,7 +342,7 @@ def test_start_up_waits_for_the_targets_mark_until_stopped(tmp_path):
     stop = threading.Event()
     stop.set()
     assert publisher.resume_all(stop) is False
-    assert publisher.statuses()[0].waiting
+    assert publisher.statuses()[0].state is SinkState.WAITING
 
 
 def test_a_mark_that_moved_is_read_again_and_nothing_is_written_twice(tmp_path):
@@ -397,12 +400,13 @@ def test_error_descriptions_are_one_line():
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("freq, files_contract", [("1000", Contract.ON_COMPLETION), ("0", Contract.IMMEDIATE)])
-def test_each_sink_gets_its_contract_target_and_staging(tmp_path, freq, files_contract):
+@pytest.mark.parametrize("freq, files_contract, files_schedule", [
+    ("1000", SinkContract.TRANSACTIONAL, Contract.ON_COMPLETION), ("0", SinkContract.AT_LEAST_ONCE, Contract.IMMEDIATE)])
+def test_each_sink_gets_its_contract_target_and_staging(tmp_path, freq, files_contract, files_schedule):
     from worker.api.loader import load_pipeline
     from worker.publishing.sinks import publications
+    from worker.publishing.targets.postgres import PostgresTransactionalTarget, PostgresUpsertTarget
     from worker.settings import WorkerSettings
-    from worker.sinks.postgres import PostgresTransactionalTarget, PostgresUpsertTarget
 
     settings = WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_CHECKPOINT_FREQ": freq,
                                         "SP_CHECKPOINT_DIR": str(tmp_path), "SP_OUTPUT_DIR": str(tmp_path / "out")})
@@ -410,11 +414,13 @@ def test_each_sink_gets_its_contract_target_and_staging(tmp_path, freq, files_co
                                              settings, "run-9")}
     assert set(built) == {"enriched_pg", "enriched_out", "vwap_pg"}
     assert isinstance(built["enriched_pg"].target, PostgresTransactionalTarget)
-    assert built["enriched_pg"].book.contract is Contract.ON_COMPLETION
+    assert (built["enriched_pg"].contract, built["enriched_pg"].book.contract) == \
+        (SinkContract.TRANSACTIONAL, Contract.ON_COMPLETION)
     assert isinstance(built["vwap_pg"].target, PostgresUpsertTarget)
-    assert (built["vwap_pg"].book.contract, built["vwap_pg"].book.complete) == (Contract.IMMEDIATE, True)
+    assert (built["vwap_pg"].contract, built["vwap_pg"].book.contract, built["vwap_pg"].book.complete) == \
+        (SinkContract.UPSERT, Contract.IMMEDIATE, True)
     assert isinstance(built["enriched_out"].target, FilesTarget)
-    assert built["enriched_out"].book.contract is files_contract
+    assert (built["enriched_out"].contract, built["enriched_out"].book.contract) == (files_contract, files_schedule)
     assert built["enriched_out"].target.directory == tmp_path / "out" / "trades_enriched"
     assert built["enriched_out"].staging.run_dir == tmp_path / "staging" / "enriched_out" / "run-9"
 

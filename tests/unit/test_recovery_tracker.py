@@ -3,8 +3,8 @@ end of the log as it was at start (pure: statuses in, progress out)."""
 
 from __future__ import annotations
 
-from worker.runtime.progress import QueryStatus
-from worker.runtime.recovery import RecoveryProgress, RecoveryTracker
+from sparkpoint.messages import QueryProgress, Recovery
+from worker.runtime.recovery import RecoveryTracker
 
 # Restored at byte 100 of partition 0 and 0 of partition 1; the log then
 # ended at 300 and 50: 250 bytes to replay.
@@ -12,46 +12,46 @@ RESTORED = {"0": 100, "1": 0}
 TARGET = {"0": 300, "1": 50}
 
 
-def query(name: str, **offsets: int) -> QueryStatus:
-    return QueryStatus(name, batch_id=1, offsets={k.lstrip("p"): v for k, v in offsets.items()})
+def query(name: str, **offsets: int) -> QueryProgress:
+    return QueryProgress(name, batch_id=1, offsets={k.lstrip("p"): v for k, v in offsets.items()})
 
 
 def test_active_before_any_query_reports():
     tracker = RecoveryTracker(RESTORED, TARGET)
-    assert tracker.progress([]) == RecoveryProgress(active=True, target_bytes=250, replayed_bytes=0)
+    assert tracker.progress([]) == Recovery(active=True, target_bytes=250, replayed_bytes=0)
 
 
 def test_replayed_bytes_follow_the_slowest_query():
     tracker = RecoveryTracker(RESTORED, TARGET)
     progress = tracker.progress([query("a", p0=250, p1=50), query("b", p0=150, p1=20)])
     # slowest: partition 0 at 150 (50 replayed), partition 1 at 20 (20 replayed)
-    assert progress == RecoveryProgress(active=True, target_bytes=250, replayed_bytes=70)
+    assert progress == Recovery(active=True, target_bytes=250, replayed_bytes=70)
 
 
 def test_active_until_every_query_reaches_the_target():
     tracker = RecoveryTracker(RESTORED, TARGET)
     assert tracker.progress([query("a", p0=300, p1=50), query("b", p0=299, p1=50)]).active
     done = tracker.progress([query("a", p0=300, p1=50), query("b", p0=300, p1=50)])
-    assert done == RecoveryProgress(active=False, target_bytes=250, replayed_bytes=250)
+    assert done == Recovery(active=False, target_bytes=250, replayed_bytes=250)
 
 
 def test_reading_past_the_target_counts_as_caught_up():
     tracker = RecoveryTracker(RESTORED, TARGET)
     progress = tracker.progress([query("a", p0=900, p1=400)])
-    assert progress == RecoveryProgress(active=False, target_bytes=250, replayed_bytes=250)
+    assert progress == Recovery(active=False, target_bytes=250, replayed_bytes=250)
 
 
 def test_stays_done_after_catching_up():
     tracker = RecoveryTracker(RESTORED, TARGET)
     tracker.progress([query("a", p0=300, p1=50)])
     # A query restarting, or reporting without offsets, does not reopen recovery.
-    assert tracker.progress([query("a")]) == RecoveryProgress(False, 250, 250)
-    assert tracker.progress([]) == RecoveryProgress(False, 250, 250)
+    assert tracker.progress([query("a")]) == Recovery(False, 250, 250)
+    assert tracker.progress([]) == Recovery(False, 250, 250)
 
 
 def test_nothing_to_replay_is_not_recovering():
     tracker = RecoveryTracker({"0": 300}, {"0": 300})
-    assert tracker.progress([]) == RecoveryProgress(active=False, target_bytes=0, replayed_bytes=0)
+    assert tracker.progress([]) == Recovery(active=False, target_bytes=0, replayed_bytes=0)
 
 
 def test_starting_without_a_checkpoint_is_not_recovering():

@@ -9,22 +9,23 @@ import json
 
 import pytest
 
-from controller.core.model import (
+from controller.savepoints.exported import ExportTargetNotEmpty
+from controller.savepoints.model import SavepointConflict, SavepointRecordError, SavepointState, from_json
+from controller.savepoints.registry import SavepointNotRestorable, UnknownSavepoint, WorkerCountMismatch
+from controller.savepoints.restores import RepublishRefused
+from controller.settings import ControllerSettings
+from sparkpoint.env import SettingsError
+from sparkpoint.messages import (
     CheckpointInfo,
     CheckpointNow,
     Export,
     ExportAnswer,
     Restart,
     RestoreDecision,
+    SinkContract,
     SinkProgress,
 )
-from controller.savepoints.exported import ExportTargetNotEmpty
-from controller.savepoints.model import SavepointConflict, SavepointRecordError, SavepointState, from_json
-from controller.savepoints.paths import OutsideRoot, ParentReference
-from controller.savepoints.registry import SavepointNotRestorable, UnknownSavepoint, WorkerCountMismatch
-from controller.savepoints.restores import RepublishRefused
-from controller.settings import ControllerSettings
-from sparkpoint.env import SettingsError
+from sparkpoint.paths import OutsideRoot, ParentReference
 from tests.unit.fakes import SAVEPOINT_TIMEOUT_S, new_service
 from tests.unit.savepoint_support import Pipeline, export, take, write_part
 
@@ -170,8 +171,8 @@ def test_a_worker_not_running_yet_starts_from_the_savepoint(pipeline, clock, tmp
 
 def test_a_transactional_sink_published_past_the_savepoint_needs_consent(pipeline):
     savepoint_id = take(pipeline)
-    pipeline.sinks[1] = (SinkProgress("events_pg", contract="transactional", published_checkpoint_id=12),
-                         SinkProgress("vwap_pg", contract="upsert", published_checkpoint_id=99))
+    pipeline.sinks[1] = (SinkProgress("events_pg", contract=SinkContract.TRANSACTIONAL, published_checkpoint_id=12),
+                         SinkProgress("vwap_pg", contract=SinkContract.UPSERT, published_checkpoint_id=99))
     pipeline.report(1)
     with pytest.raises(RepublishRefused) as refused:
         pipeline.service.restore_savepoint(savepoint_id, allow_republish=False)
@@ -188,7 +189,7 @@ def test_a_transactional_sink_published_past_the_savepoint_needs_consent(pipelin
 
 def test_a_sink_at_the_savepoint_has_nothing_to_publish_again(pipeline):
     savepoint_id = take(pipeline)
-    pipeline.sinks[1] = (SinkProgress("events_pg", contract="transactional", published_checkpoint_id=10),)
+    pipeline.sinks[1] = (SinkProgress("events_pg", contract=SinkContract.TRANSACTIONAL, published_checkpoint_id=10),)
     pipeline.report(1)
     assert pipeline.service.restore_savepoint(savepoint_id, allow_republish=False).republished == []
 
@@ -296,7 +297,7 @@ def test_an_imported_savepoint_needs_consent_once_a_transactional_sink_has_publi
     savepoint_id = take(pipeline)
     export(pipeline, savepoint_root, savepoint_id)
     imported = pipeline.service.import_savepoint("exports/one", "moved")
-    pipeline.sinks[0] = (SinkProgress("events_pg", contract="transactional", published_checkpoint_id=1),)
+    pipeline.sinks[0] = (SinkProgress("events_pg", contract=SinkContract.TRANSACTIONAL, published_checkpoint_id=1),)
     pipeline.report(0)
     with pytest.raises(RepublishRefused, match=r"^restoring savepoint sp-000002 \(imported from exports/one: its "
                                                r"state comes from another deployment\) would publish output again: "

@@ -20,13 +20,13 @@ from controller.savepoints.model import (
     to_json,
     validate_label,
 )
-from controller.savepoints.paths import AbsolutePath, InvalidPath, OutsideRoot, ParentReference, resolve_under_root
 from controller.savepoints.registry import (
     SavepointNotRestorable,
     SavepointRegistry,
     UnknownSavepoint,
     WorkerCountMismatch,
 )
+from sparkpoint.paths import AbsolutePath, InvalidPath, OutsideRoot, ParentReference, resolve_under_root
 from worker.checkpointing.policy import retention_plan
 
 TIMEOUT_S = 60.0
@@ -288,12 +288,12 @@ def test_a_link_that_stays_inside_the_root_is_followed(root):
 
 
 @pytest.mark.parametrize(("user_path", "error", "message"), [
-    ("../elsewhere", ParentReference, "'../elsewhere': '..' is not allowed in a savepoint path"),
+    ("../elsewhere", ParentReference, "'../elsewhere': '..' is not allowed in a path under the savepoint root"),
     ("exports/../../elsewhere", ParentReference, "'..' is not allowed"),
     ("/etc/passwd", AbsolutePath, "'/etc/passwd': an absolute path is not allowed; give a path relative to the "
                                   "savepoint root"),
     ("~/x", AbsolutePath, "an absolute path is not allowed"),
-    ("", InvalidPath, "a savepoint path is required, relative to the savepoint root"),
+    ("", InvalidPath, "a path is required, relative to the savepoint root"),
     (".", InvalidPath, "'.' is the savepoint root itself; give a directory inside it"),
     ("exports/a\nb", InvalidPath, "the character '\\n' (U+000A) is not allowed in a path"),
 ])

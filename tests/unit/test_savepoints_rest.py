@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from controller.core.model import ExportAnswer, SinkProgress
 from controller.rest.app import create_app
+from sparkpoint.messages import ExportAnswer, SinkContract, SinkProgress
 from tests.unit.savepoint_support import Pipeline, take, write_part
 
 
@@ -99,7 +99,7 @@ def test_a_restore_is_accepted_and_says_what_each_worker_does(rest, pipeline):
 
 def test_a_restore_past_a_transactional_publish_is_409_until_allowed(rest, pipeline):
     savepoint_id = take(pipeline)
-    pipeline.sinks[0] = (SinkProgress("events_pg", contract="transactional", published_checkpoint_id=7),)
+    pipeline.sinks[0] = (SinkProgress("events_pg", contract=SinkContract.TRANSACTIONAL, published_checkpoint_id=7),)
     pipeline.report(0)
     message = error(rest.post(f"/savepoints/{savepoint_id}/restore", json={}), 409)
     assert "sink events_pg on worker 0 has published up to checkpoint 7, past checkpoint 5" in message
@@ -134,12 +134,12 @@ def test_an_export_is_shown_while_it_runs_and_when_done(rest, pipeline, savepoin
 
 
 @pytest.mark.parametrize(("path", "message"), [
-    ("..", "'..': '..' is not allowed in a savepoint path"),
-    ("../outside", "'..' is not allowed in a savepoint path"),
+    ("..", "'..': '..' is not allowed in a path under the savepoint root"),
+    ("../outside", "'..' is not allowed in a path under the savepoint root"),
     ("/tmp/x", "'/tmp/x': an absolute path is not allowed"),
     ("escape", "'escape' leads outside the savepoint root through a symbolic link"),
     ("escape/deeper", "leads outside the savepoint root through a symbolic link"),
-    ("", "a savepoint path is required"),
+    ("", "a path is required"),
     ("a\nb", "the character '\\n' (U+000A) is not allowed in a path"),
 ])
 def test_paths_outside_the_root_are_400_and_nothing_outside_is_touched(rest, pipeline, outside, path, message):

@@ -11,18 +11,12 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 
 from tests.unit.test_checkpoint_writer_restore import FakeQuery
 from worker import api as sp
+from worker.checkpointing.layout import Column, QueryLayout, StatefulNode, StateSchema
 from worker.checkpointing.manifest import FileEntry, Manifest, ManifestError, QueryCut
 from worker.checkpointing.store import CheckpointStore
 from worker.checkpointing.writer import CheckpointWriter
 from worker.stateplan.derive import aggregate_schema
-from worker.stateplan.layout import (
-    Column,
-    QueryLayout,
-    StatefulNode,
-    StateSchema,
-    checkpoint_layout,
-    pipeline_layout,
-)
+from worker.stateplan.layout import checkpoint_layout, pipeline_layout
 from worker.stateplan.remap import EmptyState
 from worker.stateplan.sparkfiles import (
     EMPTY_LZ4_SNAPSHOT,

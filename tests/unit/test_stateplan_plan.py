@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from worker.checkpointing.layout import Column, QueryLayout, StatefulNode, StateSchema
 from worker.checkpointing.manifest import FileEntry, Manifest, QueryCut
-from worker.stateplan.layout import Column, PipelineLayout, QueryLayout, StatefulNode, StateSchema
+from worker.stateplan.layout import PipelineLayout
 from worker.stateplan.plan import Action, StateRef, plan_manifest, plan_restore, schema_changes
 from worker.stateplan.remap import EmptyState, PlanRefused, remap_files
 

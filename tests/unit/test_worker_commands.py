@@ -3,15 +3,20 @@ however often it is repeated, answers repeated until they arrived, pins."""
 
 from __future__ import annotations
 
-from proto.sparkpoint.v1 import controller_pb2 as pb
-from worker.control.client import CheckpointNow, Export, ExportAnswer, ReportReply, Restart
+from sparkpoint.messages import (
+    CheckpointNow,
+    Export,
+    ExportAnswer,
+    ReportOutcome,
+    ReportStatus,
+    Restart,
+    SavepointAnswer,
+)
 from worker.control.commands import CommandBook, StartExport, TakeCheckpoint
 
-ACCEPTED = pb.REPORT_STATUS_ACCEPTED
 
-
-def reply(*commands, pinned=(), status=ACCEPTED) -> ReportReply:
-    return ReportReply(status, tuple(commands), frozenset(pinned))
+def reply(*commands, pinned=(), status=ReportStatus.ACCEPTED) -> ReportOutcome:
+    return ReportOutcome(status, tuple(commands), frozenset(pinned))
 
 
 def test_a_repeated_checkpoint_request_starts_one_checkpoint():
@@ -25,12 +30,12 @@ def test_an_answer_is_repeated_until_the_controller_stops_asking():
     book = CommandBook()
     book.on_reply(reply(CheckpointNow("sp-000001")))
     book.checkpoint_taken("sp-000001", 7)
-    assert book.answers().savepoints == {"sp-000001": 7}
+    assert book.answers().savepoints == (SavepointAnswer("sp-000001", 7),)
     # The report carrying it was lost: the controller asks again; nothing new starts.
     assert book.on_reply(reply(CheckpointNow("sp-000001"))) == []
-    assert book.answers().savepoints == {"sp-000001": 7}
+    assert book.answers().savepoints == (SavepointAnswer("sp-000001", 7),)
     book.on_reply(reply())                                             # it arrived
-    assert book.answers().savepoints == {}
+    assert book.answers().savepoints == ()
 
 
 def test_an_answer_given_after_the_report_was_built_is_not_dropped():
@@ -39,7 +44,7 @@ def test_an_answer_given_after_the_report_was_built_is_not_dropped():
     book.answers()                                                      # built before the answer
     book.checkpoint_taken("sp-000001", 7)
     book.on_reply(reply())
-    assert book.answers().savepoints == {"sp-000001": 7}
+    assert book.answers().savepoints == (SavepointAnswer("sp-000001", 7),)
 
 
 def test_an_ignored_report_delivers_nothing():
@@ -47,8 +52,8 @@ def test_an_ignored_report_delivers_nothing():
     book.on_reply(reply(CheckpointNow("sp-000001")))
     book.checkpoint_taken("sp-000001", 7)
     book.answers()
-    assert book.on_reply(reply(status=pb.REPORT_STATUS_STALE)) == []
-    assert book.answers().savepoints == {"sp-000001": 7}
+    assert book.on_reply(reply(status=ReportStatus.STALE)) == []
+    assert book.answers().savepoints == (SavepointAnswer("sp-000001", 7),)
 
 
 def test_pins_are_the_controllers_plus_answers_in_flight():
@@ -69,11 +74,11 @@ def test_an_export_starts_once_and_its_answer_is_repeated_until_it_arrived():
     export = Export("sp-000001", 4, "nightly/worker-0")
     assert book.on_reply(reply(export)) == [StartExport(export)]
     assert book.on_reply(reply(export)) == []                           # still being written
-    assert book.answers().exports == []
+    assert book.answers().exports == ()
     book.export_done(export, "No space left on device")
-    assert book.answers().exports == [ExportAnswer("sp-000001", "nightly/worker-0", "No space left on device")]
+    assert book.answers().exports == (ExportAnswer("sp-000001", "nightly/worker-0", "No space left on device"),)
     book.on_reply(reply())
-    assert book.answers().exports == []
+    assert book.answers().exports == ()
 
 
 def test_a_restart_is_passed_on():
@@ -109,7 +114,7 @@ def test_an_export_writes_a_checkpoint_store_under_the_savepoint_root_and_answer
     executor = executor_for(tmp_path)
     export = Export("sp-000001", 4, "nightly/worker-0")
     executor.export(export)
-    assert executor.book.answers().exports == [ExportAnswer("sp-000001", "nightly/worker-0", "")]
+    assert executor.book.answers().exports == (ExportAnswer("sp-000001", "nightly/worker-0", ""),)
     exported = CheckpointStore(tmp_path / "savepoints" / "nightly" / "worker-0")
     exported.verify(exported.load(4))
 

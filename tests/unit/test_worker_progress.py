@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from proto.sparkpoint.v1 import controller_pb2 as pb
-from worker.control.backoff import Backoff
-from worker.main import worker_state
-from worker.runtime.progress import ProgressTracker, QueryStatus, merge_offsets, summarize_error
+from sparkpoint.backoff import Backoff
+from sparkpoint.messages import QueryProgress, WorkerState
+from worker.lifecycle.live import worker_state
+from worker.runtime.progress import ProgressTracker, merge_offsets, summarize_error
 
 _JVM_FRAMES = "".join(
     f"\tat org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution.runBatch{i}"
@@ -57,7 +57,7 @@ def progress(batch_id, rows, *, name="out", end_offset=None, rps=12.5) -> dict:
 def test_rows_accumulate_per_new_batch():
     tracker = ProgressTracker()
     tracker.started("out")
-    assert tracker.snapshot() == [QueryStatus("out")]
+    assert tracker.snapshot() == [QueryProgress("out")]
     tracker.on_progress(progress(0, 10, end_offset='{"0": 100, "1": 40}'))
     tracker.on_progress(progress(1, 5, end_offset={"0": 150, "1": 40}, rps=99.0))
     [status] = tracker.snapshot()
@@ -73,9 +73,9 @@ def test_a_restored_query_stands_at_its_batch_until_the_next_one():
     tracker.restored("out", 4, {"0": 400})
     tracker.restored("done", 9, {"0": 900}, finished=True)
     tracker.started("out")                                  # Spark's start event changes nothing
-    assert tracker.snapshot() == [QueryStatus("done", 9, {"0": 900}, active=False), QueryStatus("out", 4, {"0": 400})]
+    assert tracker.snapshot() == [QueryProgress("done", 9, {"0": 900}, active=False), QueryProgress("out", 4, {"0": 400})]
     tracker.on_progress(progress(5, 20, end_offset={"0": 480}))
-    assert tracker.snapshot()[1] == QueryStatus("out", 5, {"0": 480}, rows_processed=20, rows_per_second=12.5)
+    assert tracker.snapshot()[1] == QueryProgress("out", 5, {"0": 480}, rows_processed=20, rows_per_second=12.5)
 
 
 def test_repeated_batch_id_does_not_double_count():
@@ -155,29 +155,29 @@ def test_summarize_error_without_exception_line_and_limit():
 # --- worker_state --------------------------------------------------------------------
 
 def q(name="a", batch_id=0, active=True, error=""):
-    return QueryStatus(name, batch_id=batch_id, active=active, error=error)
+    return QueryProgress(name, batch_id=batch_id, active=active, error=error)
 
 
 @pytest.mark.parametrize("queries, expected, state", [
-    ([], 2, pb.WORKER_STATE_STARTING),
-    ([q("a")], 2, pb.WORKER_STATE_STARTING),                         # not every query started
-    ([q("a"), q("b", batch_id=-1)], 2, pb.WORKER_STATE_STARTING),    # one without a batch yet
-    ([q("a"), q("b", batch_id=3)], 2, pb.WORKER_STATE_RUNNING),
-    ([q("a", active=False), q("b", active=False)], 2, pb.WORKER_STATE_FINISHED),
-    ([q("a", active=False), q("b")], 2, pb.WORKER_STATE_RUNNING),
-    ([q("a", error="ValueError: x"), q("b")], 2, pb.WORKER_STATE_FAILED),
-    ([q("a", batch_id=-1, error="ValueError: x")], 2, pb.WORKER_STATE_FAILED),
+    ([], 2, WorkerState.STARTING),
+    ([q("a")], 2, WorkerState.STARTING),                         # not every query started
+    ([q("a"), q("b", batch_id=-1)], 2, WorkerState.STARTING),    # one without a batch yet
+    ([q("a"), q("b", batch_id=3)], 2, WorkerState.RUNNING),
+    ([q("a", active=False), q("b", active=False)], 2, WorkerState.FINISHED),
+    ([q("a", active=False), q("b")], 2, WorkerState.RUNNING),
+    ([q("a", error="ValueError: x"), q("b")], 2, WorkerState.FAILED),
+    ([q("a", batch_id=-1, error="ValueError: x")], 2, WorkerState.FAILED),
 ])
 def test_worker_state(queries, expected, state):
     assert worker_state(queries, expected) == state
 
 
 @pytest.mark.parametrize("queries, state", [
-    ([], pb.WORKER_STATE_STARTING),                                  # nothing started yet
-    ([q("a", batch_id=-1), q("b", batch_id=-1)], pb.WORKER_STATE_RECOVERING),
-    ([q("a"), q("b")], pb.WORKER_STATE_RECOVERING),                  # replaying: not running yet
-    ([q("a", error="ValueError: x"), q("b")], pb.WORKER_STATE_FAILED),
-    ([q("a", active=False), q("b", active=False)], pb.WORKER_STATE_FINISHED),
+    ([], WorkerState.STARTING),                                  # nothing started yet
+    ([q("a", batch_id=-1), q("b", batch_id=-1)], WorkerState.RECOVERING),
+    ([q("a"), q("b")], WorkerState.RECOVERING),                  # replaying: not running yet
+    ([q("a", error="ValueError: x"), q("b")], WorkerState.FAILED),
+    ([q("a", active=False), q("b", active=False)], WorkerState.FINISHED),
 ])
 def test_worker_state_while_recovering(queries, state):
     assert worker_state(queries, 2, recovering=True) == state

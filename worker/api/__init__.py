@@ -59,7 +59,7 @@ class _Write:
         is staged durably on the worker's volume; when a checkpoint covering it
         completes (about one ``SP_CHECKPOINT_FREQ`` later) its files are placed
         in the directory, then the worker's mark ``_published/<worker>.json`` is
-        written atomically. Readers (``worker.sinks.files.read_published``) see
+        written atomically. Readers (``worker.publishing.targets.files.read_published``) see
         each worker's files up to its mark: every row exactly once. With
         ``SP_CHECKPOINT_FREQ=0`` batches are published as they come and a
         restart replays the source from its beginning: at-least-once.

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from worker.stateplan.layout import QueryLayout
+from sparkpoint.messages import CheckpointInfo
+from sparkpoint.messages import QueryCut as MessageQueryCut
+from worker.checkpointing.layout import QueryLayout
 
 FORMAT_VERSION = 1
 
@@ -53,6 +55,17 @@ class Manifest:
     @property
     def size_bytes(self) -> int:
         return sum(entry.size for query in self.queries for entry in query.files.values())
+
+    def info(self) -> CheckpointInfo:
+        """What the controller learns of this checkpoint."""
+        return CheckpointInfo(
+            checkpoint_id=self.checkpoint_id,
+            queries=tuple(MessageQueryCut(q.name, q.batch_id, dict(q.offsets)) for q in self.queries),
+            size_bytes=self.size_bytes,
+            duration_ms=self.duration_ms,
+            created_at=self.created_at,
+            bytes_copied=self.bytes_copied,
+        )
 
     def digests(self) -> set[str]:
         return {entry.sha256 for query in self.queries for entry in query.files.values()}

@@ -23,24 +23,26 @@ from dataclasses import dataclass
 
 import grpc
 
+from sparkpoint.backoff import Backoff
+from sparkpoint.errors import describe_error
+from sparkpoint.messages import CheckpointInfo
 from worker.checkpointing.manifest import Manifest
 from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier, Tick, retention_plan
 from worker.checkpointing.store import CheckpointStore
 from worker.checkpointing.writer import CheckpointWriter
-from worker.control.backoff import Backoff
 
 log = logging.getLogger("sparkpoint.worker.checkpoint")
 
 
 @dataclass(frozen=True)
 class CheckpointStats:
-    last: Manifest | None
-    dropped: int
+    dropped: int        # due while the previous one was still being written
     failed: int
+    error: str          # the last failure's, one line; empty if none
 
 
 class CheckpointCommitter:
-    def __init__(self, commit: Callable[[Manifest], int], notifier: CompletionNotifier) -> None:
+    def __init__(self, commit: Callable[[CheckpointInfo], int], notifier: CompletionNotifier) -> None:
         self._commit = commit      # returns the controller's completed checkpoint id
         self._notifier = notifier
         self._pending: Manifest | None = None
@@ -67,7 +69,7 @@ class CheckpointCommitter:
                     return
                 manifest = self._pending
             try:
-                completed = self._commit(manifest)
+                completed = self._commit(manifest.info())
             except Exception as error:  # controller unreachable: keep the newest, retry
                 reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
                 log.warning("cannot commit checkpoint %d to the controller (%s); retrying",
@@ -111,6 +113,7 @@ class CheckpointRunner:
         self._stop = threading.Event()
         self.last: Manifest | None = None
         self.failed = 0
+        self.error = ""
         self._threads = [threading.Thread(target=self._tick_loop, name="sparkpoint-ckpt-ticker", daemon=True),
                          threading.Thread(target=self._write_loop, name="sparkpoint-ckpt-writer", daemon=True)]
 
@@ -121,7 +124,7 @@ class CheckpointRunner:
 
     def stats(self) -> CheckpointStats:
         with self._lock:
-            return CheckpointStats(self.last, self._scheduler.dropped, self.failed)
+            return CheckpointStats(self._scheduler.dropped, self.failed, self.error)
 
     def request(self, on_taken: Callable[[int], None]) -> None:
         """Take a checkpoint as soon as none is in flight, outside the schedule.
@@ -167,10 +170,11 @@ class CheckpointRunner:
                 empty = manifest is None
                 if manifest is not None:
                     self._retire_old()
-            except Exception:
+            except Exception as error:
                 log.exception("checkpoint %d failed", checkpoint_id)
                 with self._lock:
                     self.failed += 1
+                    self.error = f"checkpoint {checkpoint_id}: {describe_error(error)}"
                 manifest = None
             finally:
                 with self._lock:

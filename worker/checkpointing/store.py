@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkpoint.fileio import atomic_write, fsync_dir, sha256_of
+from sparkpoint.storelayout import BLOBS, MANIFESTS, manifest_name
 from worker.checkpointing.manifest import Manifest, ManifestError
 
 _COPY_CHUNK = 1 << 20
@@ -32,37 +34,6 @@ class CorruptCheckpoint(ValueError):
     """A checkpoint failed verification; the message names it and the file."""
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_COPY_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class StoredBlob:
     sha256: str
@@ -73,8 +44,8 @@ class StoredBlob:
 class CheckpointStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self.blobs = self.root / "blobs"
-        self.manifests_dir = self.root / "manifests"
+        self.blobs = self.root / BLOBS
+        self.manifests_dir = self.root / MANIFESTS
         self._lock_fd: int | None = None
 
     # -- fencing ---------------------------------------------------------
@@ -144,7 +115,7 @@ class CheckpointStore:
 
     # -- manifests -----------------------------------------------------------
     def manifest_path(self, checkpoint_id: int) -> Path:
-        return self.manifests_dir / f"{checkpoint_id:012d}.json"
+        return self.root / manifest_name(checkpoint_id)
 
     def write_manifest(self, manifest: Manifest) -> None:
         """The last step of a checkpoint: after this it is durable."""
@@ -245,6 +216,3 @@ class CheckpointStore:
                     freed += blob.stat().st_size
                     blob.unlink(missing_ok=True)
         return freed
-
-    def disk_usage(self) -> int:
-        return sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkpoint.faults import NO_FAULTS, FaultInjector
 from worker.checkpointing.cut import committed_batch, list_files, parse_offsets, select_cut
-from worker.checkpointing.faults import NO_FAULTS, FaultInjector
+from worker.checkpointing.layout import QueryLayout
 from worker.checkpointing.manifest import FileEntry, Manifest, QueryCut
 from worker.checkpointing.store import CheckpointStore
-from worker.stateplan.layout import QueryLayout
 
 
 @dataclass(frozen=True)

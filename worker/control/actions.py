@@ -7,12 +7,12 @@ import logging
 import threading
 from functools import partial
 
-from controller.savepoints.paths import SavepointPathError, resolve_under_root
+from sparkpoint.messages import Export, ReportOutcome, Restart
+from sparkpoint.paths import UnsafePath, resolve_under_root
 from worker.checkpointing.manifest import ManifestError
 from worker.checkpointing.runner import CheckpointRunner
 from worker.checkpointing.store import CheckpointStore, CorruptCheckpoint
 from worker.checkpointing.transfer import export_checkpoint
-from worker.control.client import Export, ReportReply, Restart
 from worker.control.commands import CommandBook, StartExport, TakeCheckpoint
 from worker.settings import WorkerSettings
 
@@ -34,7 +34,7 @@ class CommandExecutor:
         runner.pin(self.book.pinned())
         self.runner = runner
 
-    def on_reply(self, reply: ReportReply) -> None:
+    def on_reply(self, reply: ReportOutcome) -> None:
         for action in self.book.on_reply(reply):
             if isinstance(action, TakeCheckpoint):
                 self._take_checkpoint(action.savepoint_id)
@@ -62,7 +62,7 @@ class CommandExecutor:
         try:
             directory = resolve_under_root(self._settings.savepoint_dir, export.dir)
             export_checkpoint(self._store, export.checkpoint_id, directory)
-        except (SavepointPathError, ManifestError, CorruptCheckpoint, OSError) as error:
+        except (UnsafePath, ManifestError, CorruptCheckpoint, OSError) as error:
             log.error("savepoint %s: export of checkpoint %d to %s failed: %s", export.savepoint_id,
                       export.checkpoint_id, export.dir, error)
             self.book.export_done(export, str(error))

@@ -14,8 +14,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from proto.sparkpoint.v1 import controller_pb2 as pb
-from worker.control.client import CheckpointNow, Export, ExportAnswer, ReportReply, Restart
+from sparkpoint.messages import (
+    CheckpointNow,
+    Export,
+    ExportAnswer,
+    ReportOutcome,
+    ReportStatus,
+    Restart,
+    SavepointAnswer,
+)
 
 
 @dataclass(frozen=True)
@@ -35,8 +42,8 @@ Action = TakeCheckpoint | StartExport | Restart
 class Answers:
     """What the next report carries."""
 
-    savepoints: dict[str, int]        # savepoint id -> the checkpoint covering it
-    exports: list[ExportAnswer]
+    savepoints: tuple[SavepointAnswer, ...]     # the checkpoint covering each savepoint
+    exports: tuple[ExportAnswer, ...]
 
 
 class CommandBook:
@@ -54,14 +61,15 @@ class CommandBook:
         with self._lock:
             self._sent_answers = set(self._answers)
             self._sent_exports = {key for key, answer in self._exports.items() if answer is not None}
-            return Answers(dict(self._answers), [self._exports[key] for key in sorted(self._sent_exports)])
+            return Answers(tuple(SavepointAnswer(s, c) for s, c in sorted(self._answers.items())),
+                           tuple(self._exports[key] for key in sorted(self._sent_exports)))
 
-    def on_reply(self, reply: ReportReply) -> list[Action]:
+    def on_reply(self, reply: ReportOutcome) -> list[Action]:
         """The controller's reply to the report built from the last ``answers()``;
         returns what to start now (each command once, however often repeated)."""
         actions: list[Action] = []
         with self._lock:
-            if reply.status != pb.REPORT_STATUS_ACCEPTED:
+            if reply.status is not ReportStatus.ACCEPTED:
                 # The report was ignored (stale, duplicate): its answers did not arrive.
                 self._sent_answers, self._sent_exports = set(), set()
                 return actions

@@ -10,34 +10,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 import grpc
 
-from proto.sparkpoint.v1 import controller_pb2 as pb
-from worker.control.backoff import Backoff
-from worker.control.client import ControllerClient, ExportAnswer, RegistrationRefused, ReportReply
-from worker.publishing.publisher import SinkStatus
-from worker.runtime.progress import QueryStatus
+from sparkpoint.backoff import Backoff
+from sparkpoint.messages import ProgressReport, ReportOutcome, ReportStatus
+from worker.control.client import ControllerClient, RegistrationRefused
 
 log = logging.getLogger("sparkpoint.worker.reporter")
 
 
-@dataclass(frozen=True)
-class WorkerSnapshot:
-    state: int
-    queries: list[QueryStatus] = field(default_factory=list)
-    dropped_checkpoints: int = 0
-    restored_checkpoint_id: int = 0
-    recovery: pb.Recovery | None = None
-    sinks: list[SinkStatus] = field(default_factory=list)
-    savepoint_answers: dict[str, int] = field(default_factory=dict)
-    exports: list[ExportAnswer] = field(default_factory=list)
-
-
 class Reporter:
-    def __init__(self, client: ControllerClient, snapshot: Callable[[], WorkerSnapshot], interval_s: float,
-                 on_reply: Callable[[ReportReply], None] = lambda reply: None) -> None:
+    """``snapshot()`` gives the worker's progress as a report without identity
+    or sequence number: the reporter numbers it, the client adds the rest."""
+
+    def __init__(self, client: ControllerClient, snapshot: Callable[[], ProgressReport], interval_s: float,
+                 on_reply: Callable[[ReportOutcome], None] = lambda reply: None) -> None:
         self._client = client
         self._snapshot = snapshot
         self._on_reply = on_reply   # the controller's commands and pins
@@ -51,16 +40,11 @@ class Reporter:
     def start(self) -> None:
         self._thread.start()
 
-    def report_now(self) -> int:
+    def report_now(self) -> ReportStatus:
         """Send one report and hand the reply to ``on_reply``; returns the controller's status."""
         self._seq += 1
-        snap = self._snapshot()
-        reply = self._client.report(self._seq, snap.state, snap.queries,
-                                    dropped_checkpoints=snap.dropped_checkpoints,
-                                    restored_checkpoint_id=snap.restored_checkpoint_id, recovery=snap.recovery,
-                                    sinks=snap.sinks, savepoint_answers=snap.savepoint_answers,
-                                    exports=snap.exports)
-        if reply.status == pb.REPORT_STATUS_UNKNOWN_WORKER:
+        reply = self._client.report(replace(self._snapshot(), seq=self._seq))
+        if reply.status is ReportStatus.UNKNOWN_WORKER:
             # A restarted controller: register again, keep running what runs.
             registered = self._client.register_once()
             self._seq = 0
@@ -68,7 +52,6 @@ class Reporter:
         else:
             self._on_reply(reply)
         return reply.status
-
     def _run(self) -> None:
         delay = self._interval_s
         while not self._stop.wait(delay):

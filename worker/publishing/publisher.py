@@ -19,23 +19,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkpoint.backoff import Backoff
+from sparkpoint.errors import describe_error
+from sparkpoint.messages import SinkContract, SinkProgress, SinkState
 from worker.checkpointing.manifest import Manifest
-from worker.control.backoff import Backoff
 from worker.publishing.book import Contract, Mark, SinkBook
-from worker.publishing.target import Outcome, Target
-from worker.sinks.staging import StagingArea
+from worker.publishing.staging import StagingArea
+from worker.publishing.targets import Outcome, Target
 
 log = logging.getLogger("sparkpoint.worker.publisher")
 
 # Publishes in one pass over a sink at most (a target whose mark keeps moving
 # under us must not hold the thread).
 _ROUNDS = 8
-
-
-def describe_error(error: BaseException) -> str:
-    """One line for logs and status: the error's first line, never a traceback."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 class Health:
@@ -69,26 +65,12 @@ class Health:
         self._backoff.reset()
 
 
-@dataclass(frozen=True)
-class SinkStatus:
-    name: str
-    target: str
-    contract: str                   # what the docs promise: transactional / upsert / at-least-once
-    waiting: bool
-    error: str
-    waiting_since: float            # epoch seconds; 0 when not waiting
-    next_retry_at: float            # epoch seconds; 0 when not waiting
-    published_checkpoint_id: int
-    published_batch_id: int         # -1: nothing published
-    pending_batches: int            # staged, not yet published
-
-
 @dataclass
 class Publication:
     """One staged sink: its bookkeeping, target and staging."""
 
     name: str                       # the sink node's name, which is also its query's
-    contract: str
+    contract: SinkContract
     book: SinkBook
     target: Target
     staging: StagingArea
@@ -246,10 +228,11 @@ class Publisher:
                         publication.name, publication.target.description, message, delay)
 
     # -- status --------------------------------------------------------------------------
-    def statuses(self) -> list[SinkStatus]:
+    def statuses(self) -> list[SinkProgress]:
         with self._lock:
-            return [SinkStatus(
-                name=p.name, target=p.target.description, contract=p.contract, waiting=p.health.waiting,
+            return [SinkProgress(
+                name=p.name, target=p.target.description, contract=p.contract,
+                state=SinkState.WAITING if p.health.waiting else SinkState.OK,
                 error=p.health.error, waiting_since=p.health.since, next_retry_at=p.health.retry_at,
                 published_checkpoint_id=p.book.mark.checkpoint_id if p.book.mark else 0,
                 published_batch_id=p.book.published_batch, pending_batches=p.pending,

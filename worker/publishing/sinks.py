@@ -6,15 +6,16 @@ import logging
 from pathlib import Path
 
 from sparkpoint.env import SettingsError
+from sparkpoint.faults import FaultInjector
+from sparkpoint.messages import SinkContract
 from worker.api.graph import Pipeline, Stream
-from worker.checkpointing.faults import FaultInjector
 from worker.publishing.book import Contract, SinkBook
 from worker.publishing.publisher import Publication
-from worker.publishing.target import Target
+from worker.publishing.staging import StagingArea
+from worker.publishing.targets import Target
+from worker.publishing.targets.files import FilesTarget
+from worker.publishing.targets.postgres import PostgresTransactionalTarget, PostgresUpsertTarget
 from worker.settings import WorkerSettings
-from worker.sinks.files import FilesTarget
-from worker.sinks.postgres import PostgresTransactionalTarget, PostgresUpsertTarget
-from worker.sinks.staging import StagingArea
 
 log = logging.getLogger("sparkpoint.worker.publisher")
 
@@ -54,21 +55,23 @@ def publication(branch: Stream, settings: WorkerSettings, run: str) -> Publicati
         target = FilesTarget(settings.output_dir / sink.params["directory"], settings.worker_id,
                              complete=branch.complete,
                              faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
-        contract, label = Contract.ON_COMPLETION, "transactional"
+        contract = SinkContract.TRANSACTIONAL
         if not checkpoints_on:
-            contract, label = Contract.IMMEDIATE, "at-least-once (checkpoints off)"
+            contract = SinkContract.AT_LEAST_ONCE
             log.warning("sink %s: checkpoints are off (SP_CHECKPOINT_FREQ=0): batches are published as they come, "
                         "and a restart replays the source from its beginning and publishes it again "
                         "(at-least-once)", sink.name)
     elif "key" in sink.params:
         target = PostgresUpsertTarget(settings.postgres, sink.params["table"], key=sink.params["key"],
                                       version=sink.params["version"], worker_id=settings.worker_id)
-        contract, label = Contract.IMMEDIATE, "upsert"
+        contract = SinkContract.UPSERT
     else:
         target = PostgresTransactionalTarget(settings.postgres, sink.params["table"], sink=sink.name,
                                              worker_id=settings.worker_id, complete=branch.complete)
-        contract, label = Contract.ON_COMPLETION, "transactional"
-    return Publication(name=sink.name, contract=label, book=SinkBook(contract, complete=branch.complete),
+        contract = SinkContract.TRANSACTIONAL
+    # Transactional sinks publish on checkpoint completion; the others as batches come.
+    schedule = Contract.ON_COMPLETION if contract is SinkContract.TRANSACTIONAL else Contract.IMMEDIATE
+    return Publication(name=sink.name, contract=contract, book=SinkBook(schedule, complete=branch.complete),
                        target=target, staging=StagingArea(staging_root(settings, sink.name), run))
 
 

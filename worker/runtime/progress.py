@@ -10,21 +10,11 @@ import json
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-
-@dataclass(frozen=True)
-class QueryStatus:
-    name: str
-    batch_id: int = -1
-    offsets: dict[str, int] = field(default_factory=dict)
-    rows_processed: int = 0
-    rows_per_second: float = 0.0
-    active: bool = True
-    error: str = ""
-
+from sparkpoint.messages import QueryProgress
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception)[\w.]*): .+")
 
@@ -58,17 +48,17 @@ def merge_offsets(sources: list[dict]) -> dict[str, int]:
 class ProgressTracker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queries: dict[str, QueryStatus] = {}
+        self._queries: dict[str, QueryProgress] = {}
 
     def started(self, name: str) -> None:
         with self._lock:
-            self._queries.setdefault(name, QueryStatus(name))
+            self._queries.setdefault(name, QueryProgress(name))
 
     def on_progress(self, progress: dict) -> None:
         """One Spark progress event (``StreamingQueryProgress.json`` as a dict)."""
         name = progress.get("name") or progress.get("id", "?")
         with self._lock:
-            current = self._queries.get(name, QueryStatus(name))
+            current = self._queries.get(name, QueryProgress(name))
             batch_id = int(progress.get("batchId", -1))
             if batch_id < current.batch_id:
                 return  # late event: never move backwards
@@ -86,14 +76,14 @@ class ProgressTracker:
         batch (a query with nothing new to read may never report one);
         ``finished``: it stays finished, not started again."""
         with self._lock:
-            self._queries[name] = QueryStatus(name, batch_id, dict(offsets), active=not finished)
+            self._queries[name] = QueryProgress(name, batch_id, dict(offsets), active=not finished)
 
     def on_terminated(self, name: str, error: str | None) -> None:
         with self._lock:
-            current = self._queries.get(name, QueryStatus(name))
+            current = self._queries.get(name, QueryProgress(name))
             self._queries[name] = replace(current, active=False, error=summarize_error(error or ""))
 
-    def snapshot(self) -> list[QueryStatus]:
+    def snapshot(self) -> list[QueryProgress]:
         with self._lock:
             return sorted(self._queries.values(), key=lambda q: q.name)
 
@@ -102,15 +92,15 @@ class SparkProgressListener(StreamingQueryListener):
     """Forwards Spark's query events to a tracker (runs on Spark's listener
     thread); ``on_batch`` is called after each (the publisher's wake-up)."""
 
-    def __init__(self, tracker: ProgressTracker, names_by_id: dict[str, str],
-                 on_batch: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, tracker: ProgressTracker, on_batch: Callable[[], None] = lambda: None) -> None:
         self.tracker = tracker
-        self.names_by_id = names_by_id
         self.on_batch = on_batch
+        # Spark names a terminated query only by its id: remembered from its start.
+        self._names_by_id: dict[str, str] = {}
 
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's names
         if event.name:
-            self.names_by_id[str(event.id)] = event.name
+            self._names_by_id[str(event.id)] = event.name
             self.tracker.started(event.name)
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
@@ -121,5 +111,5 @@ class SparkProgressListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
-        name = self.names_by_id.get(str(event.id), str(event.id))
+        name = self._names_by_id.get(str(event.id), str(event.id))
         self.tracker.on_terminated(name, event.exception)

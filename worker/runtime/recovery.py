@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from worker.runtime.progress import QueryStatus
-
-
-@dataclass(frozen=True)
-class RecoveryProgress:
-    active: bool
-    target_bytes: int
-    replayed_bytes: int
+from sparkpoint.messages import QueryProgress, Recovery
 
 
 class RecoveryTracker:
@@ -25,7 +16,7 @@ class RecoveryTracker:
         self.total = sum(max(0, end - restored.get(p, 0)) for p, end in target.items())
         self._done = self.total == 0
 
-    def progress(self, queries: list[QueryStatus]) -> RecoveryProgress:
+    def progress(self, queries: list[QueryProgress]) -> Recovery:
         replayed = 0
         for partition, end in self.target.items():
             start = self.restored.get(partition, 0)
@@ -33,4 +24,4 @@ class RecoveryTracker:
             replayed += max(0, min(reached, end) - start)
         if queries and replayed >= self.total:
             self._done = True
-        return RecoveryProgress(not self._done, self.total, self.total if self._done else replayed)
+        return Recovery(not self._done, self.total, self.total if self._done else replayed)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from worker.api.graph import Node, Pipeline
-from worker.stateplan.layout import Column, StateSchema, normalize_expression
+from worker.checkpointing.layout import Column, StateSchema
+from worker.stateplan.layout import normalize_expression
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

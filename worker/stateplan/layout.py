@@ -1,10 +1,7 @@
 """The part of a pipeline a restore depends on, by node name: per query (one
-per branch, named after its sink) its source and its stateful nodes with
-their key and value columns.
-
-Spark numbers a query's stateful operators from the sink upwards (pre-order
-over the physical plan: see docs/state-mapping.md), so a node's operator id
-follows from its place in the branch: the last stateful node is 0.
+per branch, named after its sink) its source and its stateful nodes
+(``worker.checkpointing.layout``), derived from the pipeline graph or read
+from a checkpoint's manifest.
 """
 
 from __future__ import annotations
@@ -12,61 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from worker.api.graph import Node, Pipeline
-
-if TYPE_CHECKING:
-    from worker.checkpointing.manifest import Manifest
+from worker.checkpointing.layout import QueryLayout, StatefulNode, StateSchema
+from worker.checkpointing.manifest import Manifest
 
 # Source parameters that do not change what an offset points at: a new
 # schema, batch cap or end reads the same log, so the old offsets still apply.
 _POSITION_NEUTRAL_PARAMS = frozenset({"schema", "max_records_per_batch", "bounded"})
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str                # Spark's simpleString: "string", "bigint", "double"
-    expression: str = ""     # value columns: the aggregate expression, whitespace collapsed
-
-
-@dataclass(frozen=True)
-class StateSchema:
-    key: tuple[Column, ...]
-    value: tuple[Column, ...]
-
-
-@dataclass(frozen=True)
-class StatefulNode:
-    name: str
-    schema: StateSchema
-
-
-@dataclass(frozen=True)
-class QueryLayout:
-    source: str                          # the source node's name
-    source_identity: str                 # what it reads (see source_identity)
-    stateful: tuple[StatefulNode, ...]   # branch order, upstream first
-
-    def operator_ids(self) -> dict[str, int]:
-        """Node name -> Spark operator id."""
-        last = len(self.stateful) - 1
-        return {node.name: last - index for index, node in enumerate(self.stateful)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QueryLayout:
-        def columns(items: list[Mapping[str, Any]]) -> tuple[Column, ...]:
-            return tuple(Column(str(c["name"]), str(c["type"]), str(c.get("expression", ""))) for c in items)
-
-        return cls(
-            source=str(data["source"]),
-            source_identity=str(data["source_identity"]),
-            stateful=tuple(
-                StatefulNode(str(n["name"]), StateSchema(columns(n["schema"]["key"]), columns(n["schema"]["value"])))
-                for n in data["stateful"]
-            ),
-        )
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What a restore into a (possibly changed) pipeline does, node by node.
 
-Pure: two layouts in, a plan out. State is matched by node name (DESIGN.md
-§6): a stateful node in both keeps its state if its key and value columns are
+Pure: two layouts in, a plan out. State is matched by node name (like
+Flink's ``uid``): a stateful node in both keeps its state if its key and value columns are
 unchanged and it still reads the same source; a new (or renamed) node starts
 fresh; a node only in the checkpoint is dropped and reported. The rules, and
 why a new query continues exactly one old query, are in docs/state-mapping.md.
@@ -13,8 +13,9 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from worker.checkpointing.layout import Column, QueryLayout, StatefulNode, StateSchema
 from worker.checkpointing.manifest import Manifest
-from worker.stateplan.layout import Column, PipelineLayout, QueryLayout, StatefulNode, StateSchema, checkpoint_layout
+from worker.stateplan.layout import PipelineLayout, checkpoint_layout
 
 
 class Action(str, enum.Enum):

@@ -3,8 +3,7 @@ Printed by ``sparkpoint plan``; a worker logs the same at restore."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from sparkpoint.tables import render_table
 from worker.stateplan.plan import Action, NodeDecision, RestorePlan
 
 
@@ -12,11 +11,6 @@ def _state_cell(decision: NodeDecision) -> str:
     if decision.old is not None and decision.new is not None and decision.old != decision.new:
         return f"{decision.old} -> {decision.new}"
     return str(decision.old or decision.new or "")
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (headers, *rows)]
 
 
 def render_plan(plan: RestorePlan) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from worker.publishing.book import Mark
-from worker.sinks.staging import StagedBatch
+from worker.publishing.staging import StagedBatch
 
 
 class Outcome(enum.Enum):

@@ -23,8 +23,8 @@ import psycopg
 from psycopg import sql
 
 from worker.publishing.book import Mark
-from worker.publishing.target import Outcome
-from worker.sinks.staging import StagedBatch
+from worker.publishing.staging import StagedBatch
+from worker.publishing.targets import Outcome
 
 PROGRESS_TABLE = "sparkpoint_sink_progress"
 # Complete mode (a transactional aggregate): whose rows a publish replaces.

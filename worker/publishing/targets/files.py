@@ -23,11 +23,11 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from worker.checkpointing.faults import NO_FAULTS, FaultInjector
-from worker.checkpointing.store import atomic_write, fsync_dir
+from sparkpoint.faults import NO_FAULTS, FaultInjector
+from sparkpoint.fileio import atomic_write, fsync_dir
 from worker.publishing.book import Mark
-from worker.publishing.target import Outcome
-from worker.sinks.staging import StagedBatch
+from worker.publishing.staging import StagedBatch
+from worker.publishing.targets import Outcome
 
 MARKS = "_published"
 _BATCH_FILE = re.compile(r"^(?P<worker>.+)-b(?P<batch>\d{10})-\d{4}\.parquet$")

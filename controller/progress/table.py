@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from controller.core.model import (
+from sparkpoint.messages import (
     CheckpointInfo,
     ProgressReport,
     QueryCut,
@@ -14,6 +14,7 @@ from controller.core.model import (
     Recovery,
     Registration,
     ReportStatus,
+    SinkContract,
     SinkProgress,
     SinkState,
     WorkerState,
@@ -33,6 +34,8 @@ class WorkerRecord:
     last_seq: int = -1
     queries: tuple[QueryProgress, ...] = ()
     dropped_checkpoints: int = 0
+    failed_checkpoints: int = 0
+    checkpoint_error: str = ""
     last_checkpoint: CheckpointInfo | None = None
     checkpoints_completed: int = 0
     restored_checkpoint_id: int = 0
@@ -43,6 +46,15 @@ class WorkerRecord:
     @property
     def last_checkpoint_id(self) -> int:
         return self.last_checkpoint.checkpoint_id if self.last_checkpoint else 0
+
+
+def _contract(value: object) -> SinkContract:
+    """A recorded sink contract; a label this version does not know counts as
+    transactional, so the republish check stays on the safe side."""
+    try:
+        return SinkContract(value)
+    except ValueError:
+        return SinkContract.TRANSACTIONAL
 
 
 def newest(*checkpoints: CheckpointInfo | None) -> CheckpointInfo | None:
@@ -91,6 +103,8 @@ class ProgressTable:
             last_seq=report.seq,
             queries=report.queries,
             dropped_checkpoints=report.dropped_checkpoints,
+            failed_checkpoints=report.failed_checkpoints,
+            checkpoint_error=report.checkpoint_error,
             restored_checkpoint_id=report.restored_checkpoint_id,
             recovery=report.recovery,
             sinks=report.sinks,
@@ -134,7 +148,8 @@ class ProgressTable:
                     **{k: v for k, v in checkpoint.items() if k != "queries"},
                     queries=tuple(QueryCut(**q) for q in checkpoint.get("queries", []))),
                 recovery=Recovery(**item.get("recovery", {})),
-                sinks=tuple(SinkProgress(**{**sink, "state": SinkState(sink["state"])})
+                sinks=tuple(SinkProgress(**{**sink, "state": SinkState(sink["state"]),
+                                            "contract": _contract(sink.get("contract"))})
                             for sink in item.get("sinks", [])),
             )
         return table

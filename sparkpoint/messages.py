@@ -1,4 +1,10 @@
-"""The controller's domain types, independent of gRPC and REST."""
+"""The worker-controller protocol as plain Python: what the two services say
+to each other, independent of gRPC.
+
+Each service converts between these and the generated protobuf messages at
+its edge only (``sparkpoint.wire``: the controller's gRPC servicer, the
+worker's gRPC client); everything behind the edges works with these.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ class WorkerState(str, enum.Enum):
 
 
 class ReportStatus(str, enum.Enum):
-    """Outcome of a report. Duplicates and late reports are expected races, not errors."""
+    """Outcome of a report or commit. Duplicates and late reports are expected races, not errors."""
 
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
@@ -23,8 +29,24 @@ class ReportStatus(str, enum.Enum):
     UNKNOWN_WORKER = "unknown_worker"
 
 
+class SinkState(str, enum.Enum):
+    OK = "ok"
+    WAITING = "waiting"     # its target fails; the worker retries with backoff, staging meanwhile
+
+
+class SinkContract(str, enum.Enum):
+    """What a sink promises; the controller's republish check depends on it."""
+
+    TRANSACTIONAL = "transactional"     # published on checkpoint completion: exactly once
+    UPSERT = "upsert"                   # idempotent upsert, at once
+    AT_LEAST_ONCE = "at-least-once"     # published as it comes (files with checkpoints off)
+
+
 @dataclass(frozen=True)
 class QueryCut:
+    """One query's part of a checkpoint: its last committed batch and the
+    source offsets after it (log partition -> byte offset)."""
+
     name: str
     batch_id: int
     offsets: dict[str, int] = field(default_factory=dict)
@@ -32,16 +54,22 @@ class QueryCut:
 
 @dataclass(frozen=True)
 class CheckpointInfo:
+    """A durable checkpoint a worker holds. Ids start at 1 and strictly
+    increase per worker, across restarts."""
+
     checkpoint_id: int
     queries: tuple[QueryCut, ...] = ()
-    size_bytes: int = 0
+    size_bytes: int = 0         # everything the checkpoint references
     duration_ms: float = 0.0
-    created_at: float = 0.0
-    bytes_copied: int = 0
+    created_at: float = 0.0     # seconds since the epoch
+    bytes_copied: int = 0       # what this checkpoint added (incremental)
 
 
 @dataclass(frozen=True)
 class Recovery:
+    """How far a restored worker's replay has caught up with the source as
+    it was when the worker started."""
+
     active: bool = False
     target_bytes: int = 0
     replayed_bytes: int = 0
@@ -54,7 +82,7 @@ class Registration:
     worker_count: int
     pipeline_fingerprint: str
     node_names: tuple[str, ...] = ()
-    checkpoints: tuple[CheckpointInfo, ...] = ()
+    checkpoints: tuple[CheckpointInfo, ...] = ()    # durable on the worker's volume, oldest first
 
 
 @dataclass(frozen=True)
@@ -62,7 +90,7 @@ class RestoreDecision:
     """What a worker restores: nothing, a checkpoint of its own, or its part of
     a savepoint the user chose to restore."""
 
-    checkpoint_id: int | None = None
+    checkpoint_id: int | None = None    # None: nothing, start from the beginning of the source
     savepoint_id: str | None = None
     # An imported savepoint: this worker's part, relative to the savepoint
     # root; checkpoint_id is its id there.
@@ -71,18 +99,27 @@ class RestoreDecision:
     # published past this checkpoint.
     allow_republish: bool = False
 
+    def describe(self) -> str:
+        if self.checkpoint_id is None:
+            return "nothing"
+        where = f" of savepoint {self.savepoint_id}" if self.savepoint_id else ""
+        imported = f" (imported from {self.import_dir})" if self.import_dir else ""
+        return f"checkpoint {self.checkpoint_id}{where}{imported}"
+
 
 @dataclass(frozen=True)
 class RegisterResult:
-    session_id: str
+    session_id: str             # progress from an older registration is stale
     worker_index: int
     worker_count: int
     restore: RestoreDecision
-    last_checkpoint_id: int = 0
+    last_checkpoint_id: int = 0     # new ids go above it even if the worker's volume lost its checkpoints
 
 
 @dataclass(frozen=True)
 class QueryProgress:
+    """One streaming query's progress (one query per sink node)."""
+
     name: str
     batch_id: int = -1
     offsets: dict[str, int] = field(default_factory=dict)
@@ -92,25 +129,20 @@ class QueryProgress:
     error: str = ""
 
 
-class SinkState(str, enum.Enum):
-    OK = "ok"
-    WAITING = "waiting"     # its target fails; the worker retries with backoff, staging meanwhile
-
-
 @dataclass(frozen=True)
 class SinkProgress:
     """One sink's publishing on one worker."""
 
     name: str
-    target: str = ""
-    contract: str = ""
+    target: str = ""            # e.g. "PostgreSQL table trades (transactional)"
+    contract: SinkContract = SinkContract.TRANSACTIONAL
     state: SinkState = SinkState.OK
-    error: str = ""
-    waiting_since: float = 0.0      # worker's clock, seconds since the epoch
+    error: str = ""             # why it is waiting
+    waiting_since: float = 0.0  # worker's clock, seconds since the epoch; 0 when not waiting
     next_retry_at: float = 0.0
-    published_checkpoint_id: int = 0
-    published_batch_id: int = -1
-    pending_batches: int = 0
+    published_checkpoint_id: int = 0    # the mark: published up to this checkpoint ...
+    published_batch_id: int = -1        # ... and this batch (-1: nothing yet)
+    pending_batches: int = 0            # staged, not yet published
 
 
 @dataclass(frozen=True)
@@ -132,13 +164,15 @@ class ExportAnswer:
 
 @dataclass(frozen=True)
 class ProgressReport:
-    worker_id: str
-    session_id: str
-    seq: int
-    state: WorkerState
+    worker_id: str = ""
+    session_id: str = ""
+    seq: int = 0                # strictly increasing within a session
+    state: WorkerState = WorkerState.STARTING
     queries: tuple[QueryProgress, ...] = ()
     dropped_checkpoints: int = 0
-    restored_checkpoint_id: int = 0
+    failed_checkpoints: int = 0
+    checkpoint_error: str = ""      # the last failed checkpoint's error
+    restored_checkpoint_id: int = 0     # 0: started without a checkpoint
     recovery: Recovery = Recovery()
     sinks: tuple[SinkProgress, ...] = ()
     savepoint_answers: tuple[SavepointAnswer, ...] = ()

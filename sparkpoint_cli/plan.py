@@ -15,13 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkpoint.cli.errors import DONE, REFUSED, CommandError
 from sparkpoint.env import Env
+from sparkpoint_cli.errors import DONE, REFUSED, CommandError
 
 if TYPE_CHECKING:
     from worker.api.graph import Pipeline
+    from worker.checkpointing.layout import StateSchema
     from worker.checkpointing.manifest import Manifest
-    from worker.stateplan.layout import StateSchema
 
 Derive = Callable[["Pipeline"], "dict[str, StateSchema]"]
 

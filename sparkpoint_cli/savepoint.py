@@ -28,10 +28,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from controller.savepoints.model import InvalidSavepointId, savepoint_number
-from sparkpoint.cli.controller_api import DEFAULT_URL, ControllerApi, checked_url
-from sparkpoint.cli.errors import DONE, CommandError
 from sparkpoint.env import Env
-from worker.stateplan.report import render_table as table
+from sparkpoint.tables import render_table as table
+from sparkpoint_cli.controller_api import DEFAULT_URL, ControllerApi, checked_url
+from sparkpoint_cli.errors import DONE, CommandError
 
 View = TypeVar("View")
 

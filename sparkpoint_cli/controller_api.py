@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from sparkpoint.cli.errors import CommandError, Refused
+from sparkpoint_cli.errors import CommandError, Refused
 
 DEFAULT_URL = "http://localhost:8080"
 

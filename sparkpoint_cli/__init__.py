@@ -18,10 +18,10 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from sparkpoint.cli.errors import FAILED, REFUSED, CommandError, Refused
-from sparkpoint.cli.plan import Derive, add_plan_command, spark_schemas
-from sparkpoint.cli.savepoint import Waiting, add_savepoint_command
 from sparkpoint.env import SettingsError
+from sparkpoint_cli.errors import FAILED, REFUSED, CommandError, Refused
+from sparkpoint_cli.plan import Derive, add_plan_command, spark_schemas
+from sparkpoint_cli.savepoint import Waiting, add_savepoint_command
 
 PROGRAM = "sparkpoint"
 

@@ -1,35 +1,33 @@
-"""User-given paths for exporting and importing savepoints: always inside the
-savepoint root, never through ``..``, an absolute path, or a symbolic link
-that leads out of it. Each refusal is its own error, named."""
+"""Paths that come from outside (a user, a file someone else wrote) confined
+to a root: never through ``..``, an absolute path, or a symbolic link that
+leads out of it. Each refusal is its own error, named."""
 
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from controller.savepoints.model import SavepointError
+
+class UnsafePath(ValueError):
+    """A given path is not allowed under its root; the message says why."""
 
 
-class SavepointPathError(SavepointError):
-    """A user-given savepoint path is not allowed; the message says why."""
-
-
-class InvalidPath(SavepointPathError):
+class InvalidPath(UnsafePath):
     pass
 
 
-class AbsolutePath(SavepointPathError):
+class AbsolutePath(UnsafePath):
     pass
 
 
-class ParentReference(SavepointPathError):
+class ParentReference(UnsafePath):
     pass
 
 
-class OutsideRoot(SavepointPathError):
+class OutsideRoot(UnsafePath):
     pass
 
 
-def resolve_under_root(root: Path, user_path: str) -> Path:
+def resolve_under_root(root: Path, user_path: str, root_name: str = "savepoint root") -> Path:
     """The real path of ``user_path`` (relative to ``root``), refusing
     anything that is not strictly inside ``root``. The path need not exist
     (an export target); the part of it that does is resolved through its links.
@@ -38,20 +36,20 @@ def resolve_under_root(root: Path, user_path: str) -> Path:
     links again (nothing here stops a link swapped in afterwards).
     """
     if not isinstance(user_path, str) or not user_path.strip():
-        raise InvalidPath("a savepoint path is required, relative to the savepoint root")
+        raise InvalidPath(f"a path is required, relative to the {root_name}")
     bad = next((char for char in user_path if not char.isprintable()), None)
     if bad is not None:
         raise InvalidPath(f"{user_path!r}: the character {bad!r} (U+{ord(bad):04X}) is not allowed in a path")
     relative = PurePosixPath(user_path)
     if relative.is_absolute() or user_path.startswith("~"):
         raise AbsolutePath(f"{user_path!r}: an absolute path is not allowed; give a path relative to the "
-                           "savepoint root")
+                           f"{root_name}")
     if ".." in relative.parts:
-        raise ParentReference(f"{user_path!r}: '..' is not allowed in a savepoint path")
+        raise ParentReference(f"{user_path!r}: '..' is not allowed in a path under the {root_name}")
     base = Path(root).resolve()
     resolved = (base / relative).resolve()
     if resolved == base:
-        raise InvalidPath(f"{user_path!r} is the savepoint root itself; give a directory inside it")
+        raise InvalidPath(f"{user_path!r} is the {root_name} itself; give a directory inside it")
     if not resolved.is_relative_to(base):
-        raise OutsideRoot(f"{user_path!r} leads outside the savepoint root through a symbolic link")
+        raise OutsideRoot(f"{user_path!r} leads outside the {root_name} through a symbolic link")
     return resolved

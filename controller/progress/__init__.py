@@ -1,0 +1,1 @@
+"""The pipeline-wide progress table: one record per worker (pure bookkeeping)."""

@@ -1,3 +1,0 @@
-from sparkpoint.cli import main
-
-main()

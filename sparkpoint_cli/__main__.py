@@ -1,0 +1,3 @@
+from sparkpoint_cli import main
+
+main()

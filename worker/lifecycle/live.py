@@ -1,0 +1,69 @@
+"""What the reporter sees of a run as it starts, and the report built from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sparkpoint.messages import ProgressReport, QueryProgress, Recovery, WorkerState
+from worker.checkpointing.manifest import Manifest
+from worker.checkpointing.runner import CheckpointRunner
+from worker.control.commands import CommandBook
+from worker.healthcheck import write_health
+from worker.publishing.publisher import Publisher
+from worker.runtime.progress import ProgressTracker
+from worker.runtime.recovery import RecoveryTracker
+from worker.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+
+def worker_state(queries: list[QueryProgress], expected: int, recovering: bool = False) -> WorkerState:
+    """The worker's state as the controller sees it, from its queries."""
+    if any(q.error for q in queries):
+        return WorkerState.FAILED
+    if len(queries) == expected and queries and not any(q.active for q in queries):
+        return WorkerState.FINISHED
+    if recovering and queries:
+        return WorkerState.RECOVERING
+    if len(queries) == expected and all(q.batch_id >= 0 for q in queries):
+        return WorkerState.RUNNING
+    return WorkerState.STARTING
+
+
+@dataclass
+class LiveRun:
+    """What the reporter sees of this run, filled in as it starts."""
+
+    expected_queries: int
+    tracker: ProgressTracker = field(default_factory=ProgressTracker)
+    queries: list[StreamingQuery] = field(default_factory=list)
+    finished: set[str] = field(default_factory=set)     # branches whose bounded input ended
+    restored: Manifest | None = None
+    recovery: RecoveryTracker | None = None
+    runner: CheckpointRunner | None = None
+
+    def report(self, publisher: Publisher, commands: CommandBook, settings: WorkerSettings) -> ProgressReport:
+        """The next progress report (the reporter numbers it); writes the
+        container's health file on the way."""
+        statuses = self.tracker.snapshot()
+        recovery = self.recovery.progress(statuses) if self.recovery else Recovery()
+        state = worker_state(statuses, self.expected_queries, recovery.active)
+        write_health(settings.work_dir, registered=True,
+                     queries_alive=all(q.isActive or q.name in self.finished for q in self.queries),
+                     state=state.value)
+        answers = commands.answers()
+        stats = self.runner.stats() if self.runner else None
+        return ProgressReport(
+            state=state,
+            queries=tuple(statuses),
+            dropped_checkpoints=stats.dropped if stats else 0,
+            failed_checkpoints=stats.failed if stats else 0,
+            checkpoint_error=stats.error if stats else "",
+            restored_checkpoint_id=self.restored.checkpoint_id if self.restored else 0,
+            recovery=recovery,
+            sinks=tuple(publisher.statuses()),
+            savepoint_answers=answers.savepoints,
+            exports=answers.exports,
+        )

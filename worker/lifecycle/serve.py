@@ -1,0 +1,216 @@
+"""One run of the pipeline in the worker's living Spark session.
+
+Steps (``serve``):
+3. Register with the controller (retrying while it is unreachable),
+   reporting the durable checkpoints on the volume; learn what to restore:
+   the newest checkpoint, or the user's savepoint. Wait for the source logs.
+4. Read every sink's mark ("published up to", waiting while its target is
+   unreachable), then restore (``restoring.restore_checkpoint``) into a
+   fresh working directory.
+5. Staging: keep the output staged up to the restored checkpoint, forget
+   what was staged after it; start publishing.
+6. Start the pipeline's queries (not the finished ones); Spark replays the
+   source from the restored offsets.
+7. Checkpoint, publish, report progress and carry out the controller's
+   commands in the background; supervise the queries until one fails, the
+   controller asks for a restart (a savepoint restore), or SIGTERM arrives.
+
+Steps 1 and 2 (settings, the fence, the Spark session) are ``worker.main``'s.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparkpoint.backoff import Backoff
+from sparkpoint.env import exit_with_error
+from sparkpoint.eventlog import EventLog
+from sparkpoint.faults import FaultInjector
+from worker.api.graph import Pipeline
+from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier
+from worker.checkpointing.runner import CheckpointCommitter, CheckpointRunner, monotonic_ms
+from worker.checkpointing.store import CheckpointStore
+from worker.checkpointing.writer import CheckpointWriter
+from worker.control.actions import CommandExecutor
+from worker.control.client import ControllerClient, RegistrationRefused
+from worker.control.commands import CommandBook
+from worker.control.reporter import Reporter
+from worker.lifecycle.live import LiveRun
+from worker.lifecycle.restoring import (
+    fresh_run_dir,
+    recover_staging,
+    recovery_tracker,
+    restore_checkpoint,
+    staying_finished,
+)
+from worker.publishing.publisher import Publisher
+from worker.publishing.sinks import publications
+from worker.runtime.progress import summarize_error
+from worker.runtime.queries import source_logs
+from worker.settings import WorkerSettings
+from worker.stateplan.layout import PipelineLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("sparkpoint.worker")
+PROGRAM = "sparkpoint-worker"
+
+
+class RunEnd(enum.Enum):
+    """How a run ended, and so what the worker does next."""
+
+    STOPPED = "stopped"     # SIGTERM (or stopped before registering): exit 0
+    FAILED = "failed"       # a query failed: exit 1
+    RESTART = "restart"     # the controller holds a new restore plan: register again, same session
+
+
+@dataclass(frozen=True)
+class Session:
+    """What outlives a run: the worker's settings, pipeline and its layout,
+    the fenced checkpoint store, the Spark session and the controller client."""
+
+    settings: WorkerSettings
+    pipeline: Pipeline
+    layout: PipelineLayout
+    store: CheckpointStore
+    spark: SparkSession
+    client: ControllerClient
+
+
+def wait_for_logs(pipeline: Pipeline, settings: WorkerSettings, stop: threading.Event) -> bool:
+    """Wait until every source log exists (the producer creates them)."""
+    backoff = Backoff(initial_s=0.2, maximum_s=2.0)
+    announced = False
+    while not stop.is_set():
+        missing = [str(p) for p in source_logs(pipeline, settings) if not EventLog(p).exists()]
+        if not missing:
+            return True
+        if not announced:
+            log.info("waiting for event log(s) %s", ", ".join(missing))
+            announced = True
+        stop.wait(backoff.next_delay())
+    return False
+
+
+def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, commands: CommandExecutor,
+                      last_checkpoint_id: int, query_root) -> CheckpointWriter:
+    """Step 7's checkpoint threads: each durable checkpoint goes to the
+    publisher (its cuts), then to the controller; each completion back to the
+    publisher. Returns the writer (finished nodes are set on it)."""
+    settings, layout = session.settings, session.layout
+    notifier = CompletionNotifier()
+    notifier.subscribe(publisher.completed)
+    writer = CheckpointWriter(session.store, query_root, settings.worker_id, layout.node_names, layout.fingerprint,
+                              faults=FaultInjector(settings.test_fault, settings.checkpoint_dir),
+                              layouts=layout.queries)
+    writer.finished_nodes = session.pipeline.finished_nodes(live.finished)
+    scheduler = CheckpointScheduler(settings.checkpoint_freq_ms, monotonic_ms(),
+                                    last_id=max(session.store.highest_id_ever(), last_checkpoint_id))
+    live.runner = CheckpointRunner(
+        writer, session.store, scheduler, CheckpointCommitter(session.client.commit_checkpoint, notifier),
+        retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=publisher.durable)
+    commands.attach(live.runner)
+    live.runner.start()
+    return writer
+
+
+def supervise(live: LiveRun, pipeline: Pipeline, restart: threading.Event, stop: threading.Event,
+              on_finished: Callable[[], None]) -> RunEnd:
+    """Watch the queries until one fails, a restart is asked for, or ``stop``.
+    A bounded branch whose query ends without error is finished: its nodes
+    are recorded (``on_finished``), and the others go on."""
+    bounded = {b.sink.name for b in pipeline.branches if b.bounded}
+    while not stop.is_set() and not restart.is_set():
+        for query in live.queries:
+            if query.isActive or query.name in live.finished:
+                continue
+            error = query.exception()
+            if query.name in bounded and error is None:
+                live.finished.add(query.name)
+                log.info("query %s finished: its bounded input is read to the end", query.name)
+                on_finished()
+                continue
+            live.tracker.on_terminated(query.name, str(error))
+            log.error("query %s failed: %s", query.name, summarize_error(str(error)))
+            return RunEnd.FAILED
+        stop.wait(0.5)
+    return RunEnd.STOPPED if stop.is_set() else RunEnd.RESTART
+
+
+def serve(session: Session, stop: threading.Event) -> RunEnd:
+    """Steps 3-7 (see the module's docstring)."""
+    from worker.runtime.progress import SparkProgressListener
+    from worker.runtime.queries import start_queries
+
+    settings, pipeline, spark, client = session.settings, session.pipeline, session.spark, session.client
+    # 3.
+    try:
+        registered = client.register(stop)
+    except RegistrationRefused as error:
+        exit_with_error(PROGRAM, f"the controller refused this worker: {error}")
+    if registered is None:
+        return RunEnd.STOPPED
+    log.info("registered as %s (index %d of %d); restore: %s", settings.worker_id, registered.worker_index,
+             registered.worker_count, registered.restore.describe())
+    if not wait_for_logs(pipeline, settings, stop):
+        return RunEnd.STOPPED
+    run_dir = fresh_run_dir(settings)
+    query_root = run_dir / "queries"
+    publisher = Publisher(publications(pipeline, settings, run_dir.name))
+    live = LiveRun(expected_queries=len(pipeline.branches))
+    commands = CommandExecutor(CommandBook(), session.store, settings)
+    reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),
+                        settings.report_interval_ms / 1000, on_reply=commands.on_reply)
+    reporter.start()
+    listener = None
+    try:
+        # 4.
+        if not publisher.resume_all(stop):
+            return RunEnd.STOPPED
+        outcome = restore_checkpoint(session.store, settings, session.layout, publisher, registered.restore,
+                                     registered.last_checkpoint_id, query_root)
+        live.restored = outcome.manifest
+        resumed = outcome.resumed
+        live.recovery = recovery_tracker(pipeline, settings, resumed)
+        # 5.
+        recover_staging(publisher, resumed)
+        publisher.start()
+        # 6.
+        live.finished = staying_finished(pipeline, resumed)
+        for query in resumed.queries if resumed else ():
+            live.tracker.restored(query.name, query.batch_id, query.offsets, finished=query.name in live.finished)
+        listener = SparkProgressListener(live.tracker, on_batch=publisher.wake)
+        spark.streams.addListener(listener)
+        live.queries = start_queries(spark, pipeline, settings, query_root,
+                                     {p.name: p.staging.run_dir for p in publisher.publications}, live.finished)
+        log.info("running %d queries: %s%s", len(live.queries), ", ".join(q.name for q in live.queries),
+                 f" ({', '.join(sorted(live.finished))} stay finished)" if live.finished else "")
+        # 7.
+        writer = None
+        if settings.checkpoint_freq_ms > 0:
+            writer = start_checkpoints(session, live, publisher, commands, registered.last_checkpoint_id,
+                                       query_root)
+
+        def finished() -> None:
+            if live.runner is not None:
+                # Recorded by the next checkpoint, taken now.
+                writer.finished_nodes = pipeline.finished_nodes(live.finished)
+                live.runner.request(lambda checkpoint_id: None)
+
+        end = supervise(live, pipeline, commands.restart, stop, finished)
+        if live.runner is not None:
+            live.runner.stop()
+        for query in live.queries:
+            query.stop()
+        return end
+    finally:
+        if listener is not None:
+            spark.streams.removeListener(listener)
+        publisher.stop()
+        reporter.stop()

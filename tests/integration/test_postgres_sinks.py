@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sparkpoint.messages import SinkContract, SinkState
 from tests.pgserver import CommitCutProxy, Cut, PostgresServer
 from tests.unit.fakes import FakeClock
 from worker.checkpointing.manifest import Manifest, QueryCut
@@ -153,7 +154,7 @@ def test_upsert_names_a_missing_key_column(postgres, tmp_path, name):
 def publisher_with(target, tmp_path, clock) -> tuple[Publisher, StagingArea]:
     staging = StagingArea(tmp_path / "staging", "run-1")
     staging.recover(None)
-    publisher = Publisher([Publication("events", "transactional", SinkBook(Contract.ON_COMPLETION, complete=False),
+    publisher = Publisher([Publication("events", SinkContract.TRANSACTIONAL, SinkBook(Contract.ON_COMPLETION, complete=False),
                                        target, staging)], clock=clock)
     assert publisher.resume_all(threading.Event())
     return publisher, staging
@@ -188,10 +189,10 @@ def test_a_connection_cut_at_commit_publishes_every_row_exactly_once(postgres, c
     publisher.step()
     assert commit_cut_proxy.cuts == 1
     status = publisher.statuses()[0]
-    assert status.waiting and status.pending_batches == 1
+    assert status.state is SinkState.WAITING and status.pending_batches == 1
     clock.now += 60
     publisher.step()
-    assert not publisher.statuses()[0].waiting
+    assert publisher.statuses()[0].state is SinkState.OK
     assert query(postgres, f"SELECT count(*), count(DISTINCT id), min(id), max(id) FROM {name}") == [(20, 20, 0, 19)]
     assert target.resume() == Mark(2, 1)
     assert staging.batches() == []
@@ -209,8 +210,8 @@ def test_a_server_restart_makes_the_sink_wait_and_lose_nothing(postgres, tmp_pat
     complete(publisher, 2, 1)
     publisher.step()            # the connection it held died with the server
     status = publisher.statuses()[0]
-    assert status.waiting and "OperationalError" in status.error and status.pending_batches == 1
+    assert status.state is SinkState.WAITING and "OperationalError" in status.error and status.pending_batches == 1
     clock.now += 60
     publisher.step()
-    assert not publisher.statuses()[0].waiting
+    assert publisher.statuses()[0].state is SinkState.OK
     assert query(postgres, f"SELECT count(*), count(DISTINCT id) FROM {name}") == [(9, 9)]

@@ -19,7 +19,7 @@ class ControllerSettings(Settings):
     checkpoint_freq_ms: Milliseconds = Field(
         5000, ge=0, validation_alias="SP_CONTROLLER_CHECKPOINT_FREQ",
         description="milliseconds between the controller's own checkpoints of its progress table; `0` disables "
-                    "them (its savepoint records are kept whatever the frequency)")
+                    "them")
     state_dir: UserPath = Field(
         Path("var/controller"), validation_alias="SP_CONTROLLER_STATE_DIR",
         description="where the controller keeps its checkpoint and its savepoint records")
@@ -27,4 +27,4 @@ class ControllerSettings(Settings):
     savepoint_timeout_ms: Milliseconds = Field(
         120000, ge=1, validation_alias="SP_SAVEPOINT_TIMEOUT",
         description="milliseconds a savepoint (or an export) may take before it fails, naming the workers that "
-                    "did not answer; for every worker's part")
+                    "did not answer")

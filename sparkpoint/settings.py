@@ -45,6 +45,8 @@ class _Environ(EnvSettingsSource):
         self._environ = environ
         super().__init__(settings_cls)
 
+    # The hook pydantic-settings' own sources (dotenv, Azure Key Vault, GCP
+    # Secret Manager) override to read variables from elsewhere.
     def _load_env_vars(self) -> Mapping[str, str | None]:
         return {(name if self.case_sensitive else name.lower()): value.strip()
                 for name, value in self._environ.items() if name.startswith(PREFIX) and value.strip()}

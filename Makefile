@@ -9,7 +9,7 @@ PROTOS := $(wildcard proto/sparkpoint/v1/*.proto)
 # Generated into the package namespace: proto/sparkpoint/v1/x.proto -> sparkpoint/v1/x_pb2.py.
 PROTO_OUT := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS)) $(patsubst proto/%.proto,%_pb2_grpc.py,$(PROTOS))
 
-.PHONY: all deps java postgres-server proto test unit integration chaos run clean-local
+.PHONY: all deps java postgres-server proto test unit integration chaos run settings-doc clean-local
 
 all: deps proto
 
@@ -62,6 +62,10 @@ chaos: deps proto
 # defaults (event log source, files sink). Ctrl-C stops everything.
 run: deps proto
 	$(PY) -m sparkpoint.devstack
+
+# The README's "Configuration" table, from the settings classes.
+settings-doc: deps
+	$(PY) -m sparkpoint_cli.settings_doc
 
 clean-local:
 	rm -rf var

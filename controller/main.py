@@ -16,7 +16,7 @@ from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
 from controller.savepoints.service import SavepointConfig, SavepointService
 from controller.settings import ControllerSettings
-from sparkpoint.env import SettingsError, exit_with_error
+from sparkpoint.settings import SettingsError, exit_with_error
 
 log = logging.getLogger("sparkpoint.controller")
 

@@ -5,8 +5,10 @@ import os
 import sys
 import urllib.request
 
-port = os.environ.get("SP_CONTROLLER_HTTP_PORT", "8080")
+from controller.settings import ControllerSettings
+
 try:
+    port = ControllerSettings.from_env(os.environ).http_port
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=4) as response:
         status = json.load(response).get("status")
 except Exception as error:  # noqa: BLE001 - any failure is "unhealthy"

@@ -7,16 +7,22 @@ Healthy while a partition file changed within SP_HEALTH_MAX_AGE seconds
 import os
 import sys
 import time
-from pathlib import Path
 
-log = Path(os.environ.get("SP_LOG_DIR", "var/log")) / os.environ.get("SP_PRODUCER_LOG", "trades")
-max_age = float(os.environ.get("SP_HEALTH_MAX_AGE", "30"))
+from sparkpoint.producer import ProducerSettings
+from sparkpoint.settings import SettingsError
+
+try:
+    settings = ProducerSettings.from_env(os.environ)
+except SettingsError as error:
+    print(f"unhealthy: {error}")
+    sys.exit(1)
+log = settings.log_dir / settings.log_name
 files = list(log.glob("p-*.jsonl"))
 if not files:
     print(f"unhealthy: nothing written to {log} yet")
     sys.exit(1)
 age = time.time() - max(f.stat().st_mtime for f in files)
-if age > max_age and os.environ.get("SP_PRODUCER_COUNT", "0") in ("", "0"):
+if age > settings.health_max_age_s and settings.count == 0:
     print(f"unhealthy: {log} not appended to for {age:.0f}s")
     sys.exit(1)
 print("healthy")

@@ -3,7 +3,7 @@ and the CLI (``sparkpoint_cli``) use, depending on none of them.
 
 File I/O that survives crashes (``fileio``), path confinement (``paths``),
 backoff, table rendering, fault sentinels, settings from the environment
-(``env``), the event log format (``eventlog``), and the worker-controller
+(``settings``), the event log format (``eventlog``), and the worker-controller
 protocol: its messages (``messages``), the generated gRPC code (``v1``) and
 the conversion between the two (``wire``). Spark's Python processes import
 parts of it, so nothing here imports more than it needs.

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sparkpoint.env import Env, SettingsError, exit_with_error
+from pydantic import Field
+
+from sparkpoint.settings import GrpcPort, HttpPort, Settings, SettingsError, UserPath, exit_with_error
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -156,23 +158,34 @@ class LocalStack:
         return {name: self.stop(name) for name in order}
 
 
+class DevStackSettings(Settings):
+    program = "`make run`"
+
+    root: UserPath = Field(Path("var"), validation_alias="SP_DEV_ROOT",
+                           description="where `make run` keeps everything the stack writes (relative to the "
+                                       "repository)")
+    workers: int = Field(2, ge=1, le=64, validation_alias="SP_WORKER_COUNT", description="workers to start")
+    grpc_port: GrpcPort = Field(50051, validation_alias="SP_CONTROLLER_GRPC_PORT")
+    http_port: HttpPort = Field(8080, validation_alias="SP_CONTROLLER_HTTP_PORT")
+
+
 # Set per service by the stack itself; every other SP_* variable of the
 # caller's environment reaches all services.
 _PER_SERVICE = {"SP_WORKER_INDEX", "SP_WORKER_ID", "SP_WORK_DIR", "SP_CHECKPOINT_DIR"}
 
 
 def main() -> None:
-    env = Env(os.environ)
     try:
-        config = StackConfig(
-            root=env.path("SP_DEV_ROOT", str(REPO / "var")),
-            workers=env.integer("SP_WORKER_COUNT", 2, minimum=1, maximum=64),
-            grpc_port=env.port("SP_CONTROLLER_GRPC_PORT", 50051),
-            http_port=env.port("SP_CONTROLLER_HTTP_PORT", 8080),
-            env={k: v for k, v in os.environ.items() if k.startswith("SP_") and k not in _PER_SERVICE},
-        )
+        settings = DevStackSettings.from_env(os.environ)
     except SettingsError as error:
         exit_with_error("make run", error)
+    config = StackConfig(
+        root=REPO / settings.root,
+        workers=settings.workers,
+        grpc_port=settings.grpc_port,
+        http_port=settings.http_port,
+        env={k: v for k, v in os.environ.items() if k.startswith("SP_") and k not in _PER_SERVICE},
+    )
     stack = LocalStack(config)
     stack.start_all()
     print(f"Sparkpoint is running: controller, producer and {config.workers} workers.")

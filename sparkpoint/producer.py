@@ -14,36 +14,30 @@ import random
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sparkpoint.env import Env, SettingsError, exit_with_error
+from pydantic import Field
+
 from sparkpoint.eventlog import EventLog, committed_end, partition_for_key
+from sparkpoint.settings import HealthMaxAge, LogDir, Settings, SettingsError, exit_with_error
 
 SYMBOLS = ("AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "META", "TSLA", "IBM")
 
 
-@dataclass(frozen=True)
-class ProducerSettings:
-    log_dir: Path
-    log_name: str
-    partitions: int
-    rate: int           # events per second
-    count: int          # total events to write; 0 = unbounded
-    seed: int
+class ProducerSettings(Settings):
+    program = "producer"
 
-    @classmethod
-    def from_env(cls, environ: dict[str, str]) -> ProducerSettings:
-        env = Env(environ)
-        return cls(
-            log_dir=env.path("SP_LOG_DIR", "var/log"),
-            log_name=env.string("SP_PRODUCER_LOG", "trades"),
-            partitions=env.integer("SP_PRODUCER_PARTITIONS", 4, minimum=1, maximum=1024),
-            rate=env.integer("SP_PRODUCER_RATE", 200, minimum=1, unit="events per second"),
-            count=env.integer("SP_PRODUCER_COUNT", 0, minimum=0),
-            seed=env.integer("SP_PRODUCER_SEED", 1),
-        )
+    log_dir: LogDir = Path("var/log")
+    log_name: str = Field("trades", validation_alias="SP_PRODUCER_LOG", description="log to append to")
+    partitions: int = Field(4, ge=1, le=1024, validation_alias="SP_PRODUCER_PARTITIONS",
+                            description="partitions of a new log")
+    rate: int = Field(200, ge=1, validation_alias="SP_PRODUCER_RATE", description="events per second",
+                      json_schema_extra={"unit": "events per second"})
+    count: int = Field(0, ge=0, validation_alias="SP_PRODUCER_COUNT",
+                       description="stop after this many events (`0` = never)")
+    seed: int = Field(1, validation_alias="SP_PRODUCER_SEED", description="random seed")
+    health_max_age_s: HealthMaxAge = Field(30, validation_alias="SP_HEALTH_MAX_AGE")
 
 
 def trades(seed: int, first_id: int = 0) -> Iterator[dict]:
@@ -121,7 +115,7 @@ def run(settings: ProducerSettings) -> None:
 
 def main() -> None:
     try:
-        settings = ProducerSettings.from_env(dict(os.environ))
+        settings = ProducerSettings.from_env(os.environ)
         run(settings)
     except (SettingsError, OSError, ValueError) as error:
         exit_with_error("sparkpoint-producer", error)

@@ -18,10 +18,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from sparkpoint.env import SettingsError
+from sparkpoint.settings import SettingsError
 from sparkpoint_cli.errors import FAILED, REFUSED, CommandError, Refused
 from sparkpoint_cli.plan import Derive, add_plan_command, spark_schemas
 from sparkpoint_cli.savepoint import Waiting, add_savepoint_command
+from sparkpoint_cli.settings import CliSettings
 
 PROGRAM = "sparkpoint"
 
@@ -34,11 +35,11 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(FAILED)
 
 
-def parser(environ: dict[str, str], derive: Derive, waiting: Waiting) -> argparse.ArgumentParser:
+def parser(settings: CliSettings, derive: Derive, waiting: Waiting) -> argparse.ArgumentParser:
     top = _Parser(prog=PROGRAM, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    add_plan_command(commands, environ, derive)
-    add_savepoint_command(commands, environ, waiting)
+    add_plan_command(commands, settings, derive)
+    add_savepoint_command(commands, settings, waiting)
     return top
 
 
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None, *, derive: Derive = spark_schemas,
          waiting: Waiting | None = None) -> NoReturn:
     """``derive`` and ``waiting`` let tests replace Spark and the clock."""
     try:
-        args = parser(dict(os.environ), derive, waiting or Waiting()).parse_args(argv)
+        args = parser(CliSettings.from_env(os.environ), derive, waiting or Waiting()).parse_args(argv)
         raise SystemExit(args.run(args))
     except (CommandError, SettingsError) as error:
         print(f"{PROGRAM}: error: {error}", file=sys.stderr)

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkpoint.env import Env
 from sparkpoint_cli.errors import DONE, REFUSED, CommandError
+from sparkpoint_cli.settings import CliSettings
 
 if TYPE_CHECKING:
     from worker.api.graph import Pipeline
@@ -99,14 +99,14 @@ def plan_command(args: argparse.Namespace, derive: Derive) -> int:
     return REFUSED if plan.refused else DONE
 
 
-def add_plan_command(commands: argparse._SubParsersAction, environ: dict[str, str], derive: Derive) -> None:
+def add_plan_command(commands: argparse._SubParsersAction, settings: CliSettings, derive: Derive) -> None:
     plan = commands.add_parser("plan", help="what a restore into a pipeline would keep, start fresh, drop or refuse",
                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("--pipeline", type=Path, required=True, help="the new pipeline file")
     plan.add_argument("--from", dest="source", type=Path, required=True, metavar="CHECKPOINT",
                       help="a worker's checkpoint directory (SP_CHECKPOINT_DIR) or one manifest file")
     plan.add_argument("--checkpoint", type=int, help="checkpoint id in the directory (default: the newest)")
-    force = Env(environ).boolean("SP_FORCE_GRAPH_CHANGE", False)
+    force = settings.force_graph_change
     plan.add_argument("--force", action=argparse.BooleanOptionalAction, default=force,
                       help="restore a changed graph over finished nodes (default: SP_FORCE_GRAPH_CHANGE, "
                            f"now {str(force).lower()})")

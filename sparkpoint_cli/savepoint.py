@@ -28,10 +28,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from controller.savepoints.model import InvalidSavepointId, savepoint_number
-from sparkpoint.env import Env
 from sparkpoint.tables import render_table as table
 from sparkpoint_cli.controller_api import DEFAULT_URL, ControllerApi, checked_url
 from sparkpoint_cli.errors import DONE, CommandError
+from sparkpoint_cli.settings import CliSettings
 
 View = TypeVar("View")
 
@@ -204,7 +204,7 @@ def list_(api: ControllerApi) -> int:
     return DONE
 
 
-def add_savepoint_command(commands: argparse._SubParsersAction, environ: dict[str, str], waiting: Waiting) -> None:
+def add_savepoint_command(commands: argparse._SubParsersAction, settings: CliSettings, waiting: Waiting) -> None:
     group = commands.add_parser("savepoint", help="create, list, show, restore, dispose, export and import savepoints",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = group.add_subparsers(dest="action", required=True, parser_class=type(group))
@@ -215,7 +215,7 @@ def add_savepoint_command(commands: argparse._SubParsersAction, environ: dict[st
     def controller(args: argparse.Namespace) -> ControllerApi:
         if args.controller is not None:
             return ControllerApi(checked_url(args.controller, "--controller"))
-        return ControllerApi(checked_url(Env(environ).string("SP_CONTROLLER_URL", DEFAULT_URL), "SP_CONTROLLER_URL"))
+        return ControllerApi(checked_url(settings.controller_url, "SP_CONTROLLER_URL"))
 
     def waits(parser: argparse.ArgumentParser, what: str) -> None:
         parser.add_argument("--no-wait", action="store_true", help=f"return once the controller has {what}")

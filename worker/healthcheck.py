@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from sparkpoint.env import Env, SettingsError
+from sparkpoint.settings import SettingsError
+from worker.settings import WorkerSettings
 
 FILE_NAME = "health.json"
 
@@ -52,15 +53,12 @@ def check(work_dir: Path, max_age_s: float, now: float) -> str | None:
 
 
 def main() -> None:
-    env = Env(os.environ)
     try:
-        worker_id = env.string("SP_WORKER_ID", f"worker-{env.integer('SP_WORKER_INDEX', 0, minimum=0)}")
-        work_dir = env.path("SP_WORK_DIR", f"var/work/{worker_id}")
-        max_age = env.integer("SP_HEALTH_MAX_AGE", 30, minimum=1)
+        settings = WorkerSettings.from_env(os.environ)
     except SettingsError as error:
         print(f"unhealthy: {error}")
         sys.exit(1)
-    problem = check(work_dir, max_age, time.time())
+    problem = check(settings.work_dir, settings.health_max_age_s, time.time())
     print(f"unhealthy: {problem}" if problem else "healthy")
     sys.exit(1 if problem else 0)
 

@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 
-from sparkpoint.env import SettingsError, exit_with_error
+from sparkpoint.settings import SettingsError, exit_with_error
 from worker.api.graph import Pipeline, PipelineError
 from worker.api.loader import load_pipeline
 from worker.checkpointing.store import CheckpointStore, FenceError

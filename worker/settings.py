@@ -1,97 +1,119 @@
-"""Worker settings, read once from ``SP_*`` environment variables in ``main``."""
+"""Worker settings: ``SP_*`` environment variables, parsed once in ``main``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from sparkpoint.env import Env, SettingsError
+from sparkpoint.settings import (
+    Address,
+    ForceGraphChange,
+    HealthMaxAge,
+    LogDir,
+    Milliseconds,
+    Port,
+    SavepointDir,
+    Settings,
+    SettingsError,
+    UserPath,
+    WorkerCount,
+)
 
-_PG_PARTS = ("SP_PG_HOST", "SP_PG_PORT", "SP_PG_DATABASE", "SP_PG_USER", "SP_PG_PASSWORD")
-
-
-def postgres_conninfo(env: Env) -> str | None:
-    """PostgreSQL connection settings: one ``SP_PG_DSN`` (a libpq connection
-    string or URI), or ``SP_PG_HOST`` with optional port, database, user and
-    password; None if neither is set."""
-    dsn = env.string("SP_PG_DSN", "")
-    given = [name for name in _PG_PARTS if env.string(name, "")]
-    if dsn and given:
-        raise SettingsError("SP_PG_DSN", f"set either SP_PG_DSN or {', '.join(given)}, not both")
-    if dsn:
-        try:
-            conninfo_to_dict(dsn)
-        except psycopg.ProgrammingError as error:
-            raise SettingsError("SP_PG_DSN", f"not a valid PostgreSQL connection string "
-                                             f"({str(error).strip()})") from None
-        return dsn
-    if not given:
-        return None
-    return make_conninfo(
-        host=env.string("SP_PG_HOST"),
-        port=env.port("SP_PG_PORT", 5432),
-        dbname=env.string("SP_PG_DATABASE", "sparkpoint"),
-        user=env.string("SP_PG_USER", "sparkpoint"),
-        **({"password": password} if (password := env.string("SP_PG_PASSWORD", "")) else {}),
-    )
+_PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password")
 
 
-@dataclass(frozen=True)
-class WorkerSettings:
-    pipeline: Path
-    worker_index: int
-    worker_count: int
-    worker_id: str
-    controller_addr: str
-    work_dir: Path
-    log_dir: Path
-    output_dir: Path
-    spark_master: str
-    shuffle_partitions: int
-    max_records_per_batch: int      # 0 = no cap
-    trigger_interval_ms: int
-    report_interval_ms: int
-    checkpoint_dir: Path
-    checkpoint_freq_ms: int         # 0 = checkpoints disabled
-    checkpoint_retain: int
-    force_graph_change: bool        # restore a changed pipeline over a checkpoint with finished nodes
-    savepoint_dir: Path             # the savepoint root shared with the controller (exports, imports)
-    postgres: str | None            # libpq connection string for PostgreSQL sinks; None: not configured
-    test_fault: str                 # a fault sentinel point, for recovery tests only
+class WorkerSettings(Settings):
+    program = "worker"
 
+    pipeline: UserPath = Field(Path("pipelines/trades.py"), description="pipeline definition file")
+    worker_count: WorkerCount = 1
+    worker_index: int = Field(
+        0, ge=0, description="this worker's index, below `SP_WORKER_COUNT`; it owns log partitions `p` with "
+                             "`p % count == index`")
+    worker_id: str = Field(default_factory=lambda given: f"worker-{given['worker_index']}",
+                           description="name in status and logs")
+    controller_addr: Address = Field("localhost:50051", description="controller gRPC address (`host:port`)")
+    work_dir: UserPath = Field(
+        default_factory=lambda given: Path(f"var/work/{given['worker_id']}"),
+        description="Spark's working checkpoint directory (fast local storage; each run uses a fresh `run-*` "
+                    "subdirectory)")
+    checkpoint_dir: UserPath = Field(
+        default_factory=lambda given: Path(f"var/checkpoints/{given['worker_id']}"),
+        description="durable checkpoints (the persistent volume); one live worker per directory")
+    checkpoint_freq_ms: Milliseconds = Field(
+        5000, ge=0, validation_alias="SP_CHECKPOINT_FREQ",
+        description="milliseconds between checkpoints; `0` disables them (a restart replays the source from the "
+                    "beginning)")
+    checkpoint_retain: int = Field(
+        3, ge=1, description="checkpoints kept; older ones and files no kept checkpoint references are deleted")
+    log_dir: LogDir = Path("var/log")
+    output_dir: UserPath = Field(Path("var/output"), description="root of the files sink")
+    # local[threads, max task attempts]: plain local[N] never retries a task,
+    # so one transient failure would fail the whole query.
+    spark_master: str = Field(
+        "local[2,4]", description="`spark.master` (local mode: 2 threads, up to 4 attempts per task); point at a "
+                                  "cluster to scale a worker out")
+    shuffle_partitions: int = Field(
+        2, ge=1, description="`spark.sql.shuffle.partitions` (fixed for a query's lifetime)")
+    max_records_per_batch: int = Field(
+        10_000, ge=0, description="per-batch record cap on sources (`0` = none); "
+                                  "`from_log(max_records_per_batch=)` overrides")
+    trigger_interval_ms: Milliseconds = Field(
+        1000, ge=0, validation_alias="SP_TRIGGER_INTERVAL", description="micro-batch trigger interval, milliseconds")
+    report_interval_ms: Milliseconds = Field(
+        1000, ge=50, validation_alias="SP_REPORT_INTERVAL", description="progress report interval, milliseconds")
+    force_graph_change: ForceGraphChange = False
+    savepoint_dir: SavepointDir = Path("var/savepoints")
+    pg_host: str | None = Field(
+        None, description="PostgreSQL host for `to_postgres` sinks; required by a pipeline that has one, unless "
+                          "`SP_PG_DSN` is set")
+    pg_port: Port = Field(5432, description="PostgreSQL port")
+    pg_database: str = Field("sparkpoint", description="database")
+    pg_user: str = Field("sparkpoint", description="user")
+    pg_password: SecretStr | None = Field(None, description="password")
+    pg_dsn: str | None = Field(
+        None, description="instead of the five above: one libpq connection string or `postgresql://` URI")
+    health_max_age_s: HealthMaxAge = Field(30, validation_alias="SP_HEALTH_MAX_AGE")
+    test_fault: str = Field(
+        "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]` or "
+                        "`publish.files_placed[:n]` (a files sink placed a publish's files, its mark not yet "
+                        "written) makes the worker SIGKILL itself there, once")
+
+    @field_validator("pg_dsn")
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> WorkerSettings:
-        env = Env(environ)
-        count = env.integer("SP_WORKER_COUNT", 1, minimum=1, maximum=1024)
-        index = env.integer("SP_WORKER_INDEX", 0, minimum=0)
-        if index >= count:
-            raise SettingsError("SP_WORKER_INDEX", f"must be below SP_WORKER_COUNT ({count}), got {index}")
-        worker_id = env.string("SP_WORKER_ID", f"worker-{index}")
-        return cls(
-            pipeline=env.path("SP_PIPELINE", "pipelines/trades.py"),
-            worker_index=index,
-            worker_count=count,
-            worker_id=worker_id,
-            controller_addr=env.address("SP_CONTROLLER_ADDR", "localhost:50051"),
-            work_dir=env.path("SP_WORK_DIR", f"var/work/{worker_id}"),
-            log_dir=env.path("SP_LOG_DIR", "var/log"),
-            output_dir=env.path("SP_OUTPUT_DIR", "var/output"),
-            # local[threads, max task attempts]: plain local[N] never retries a
-            # task, so one transient failure would fail the whole query.
-            spark_master=env.string("SP_SPARK_MASTER", "local[2,4]"),
-            shuffle_partitions=env.integer("SP_SHUFFLE_PARTITIONS", 2, minimum=1),
-            max_records_per_batch=env.integer("SP_MAX_RECORDS_PER_BATCH", 10_000, minimum=0),
-            trigger_interval_ms=env.integer("SP_TRIGGER_INTERVAL", 1000, minimum=0, unit="milliseconds"),
-            report_interval_ms=env.integer("SP_REPORT_INTERVAL", 1000, minimum=50, unit="milliseconds"),
-            checkpoint_dir=env.path("SP_CHECKPOINT_DIR", f"var/checkpoints/{worker_id}"),
-            checkpoint_freq_ms=env.integer("SP_CHECKPOINT_FREQ", 5000, minimum=0, unit="milliseconds"),
-            checkpoint_retain=env.integer("SP_CHECKPOINT_RETAIN", 3, minimum=1),
-            force_graph_change=env.boolean("SP_FORCE_GRAPH_CHANGE", False),
-            savepoint_dir=env.path("SP_SAVEPOINT_DIR", "var/savepoints"),
-            postgres=postgres_conninfo(env),
-            test_fault=environ.get("SP_TEST_FAULT", ""),
-        )
+    def _a_connection_string(cls, dsn: str | None) -> str | None:
+        try:
+            conninfo_to_dict(dsn or "")
+        except psycopg.ProgrammingError as error:
+            raise ValueError(f"not a valid PostgreSQL connection string ({str(error).strip()})") from None
+        return dsn
+
+    @model_validator(mode="after")
+    def _index_below_count(self) -> WorkerSettings:
+        if self.worker_index >= self.worker_count:
+            raise SettingsError("SP_WORKER_INDEX", f"must be below SP_WORKER_COUNT ({self.worker_count}), "
+                                                   f"got {self.worker_index}")
+        return self
+
+    @model_validator(mode="after")
+    def _one_postgres_source(self) -> WorkerSettings:
+        given = [self.variable(part) for part in _PG_PARTS if part in self.model_fields_set]
+        if self.pg_dsn and given:
+            raise SettingsError("SP_PG_DSN", f"set either SP_PG_DSN or {', '.join(given)}, not both")
+        if given and not self.pg_host:
+            raise SettingsError("SP_PG_HOST", f"is required with {', '.join(given)}")
+        return self
+
+    @property
+    def postgres(self) -> str | None:
+        """The libpq connection string for PostgreSQL sinks; None if not configured."""
+        if self.pg_dsn:
+            return self.pg_dsn
+        if not self.pg_host:
+            return None
+        password = {"password": self.pg_password.get_secret_value()} if self.pg_password else {}
+        return make_conninfo(host=self.pg_host, port=self.pg_port, dbname=self.pg_database, user=self.pg_user,
+                             **password)

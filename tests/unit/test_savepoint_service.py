@@ -14,7 +14,6 @@ from controller.savepoints.model import SavepointConflict, SavepointRecordError,
 from controller.savepoints.registry import SavepointNotRestorable, UnknownSavepoint, WorkerCountMismatch
 from controller.savepoints.restores import RepublishRefused
 from controller.settings import ControllerSettings
-from sparkpoint.env import SettingsError
 from sparkpoint.messages import (
     CheckpointInfo,
     CheckpointNow,
@@ -26,6 +25,7 @@ from sparkpoint.messages import (
     SinkProgress,
 )
 from sparkpoint.paths import OutsideRoot, ParentReference
+from sparkpoint.settings import SettingsError
 from tests.unit.fakes import SAVEPOINT_TIMEOUT_S, new_service
 from tests.unit.savepoint_support import Pipeline, export, take, write_part
 

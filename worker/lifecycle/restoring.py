@@ -10,10 +10,10 @@ import shutil
 import time
 from pathlib import Path
 
-from sparkpoint.env import exit_with_error
 from sparkpoint.eventlog import EventLog, committed_end
 from sparkpoint.messages import RestoreDecision
 from sparkpoint.paths import UnsafePath, resolve_under_root
+from sparkpoint.settings import exit_with_error
 from worker.api.graph import Pipeline
 from worker.checkpointing.manifest import Manifest, ManifestError
 from worker.checkpointing.store import CheckpointStore, CorruptCheckpoint

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkpoint.backoff import Backoff
-from sparkpoint.env import exit_with_error
 from sparkpoint.eventlog import EventLog
 from sparkpoint.faults import FaultInjector
+from sparkpoint.settings import exit_with_error
 from worker.api.graph import Pipeline
 from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier
 from worker.checkpointing.runner import CheckpointCommitter, CheckpointRunner, monotonic_ms

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from sparkpoint.env import SettingsError
 from sparkpoint.faults import FaultInjector
 from sparkpoint.messages import SinkContract
+from sparkpoint.settings import SettingsError
 from worker.api.graph import Pipeline, Stream
 from worker.publishing.book import Contract, SinkBook
 from worker.publishing.publisher import Publication

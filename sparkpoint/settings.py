@@ -1,0 +1,147 @@
+"""Settings from ``SP_*`` environment variables, on pydantic-settings.
+
+Each program has one :class:`Settings` class: every variable a typed,
+bounded field whose description is its documentation (the README's
+"Configuration" table is generated from the classes: ``make settings-doc``).
+``main`` parses the environment once with ``from_env(os.environ)`` into a
+frozen object -- never at import time. A blank value counts as unset. A bad
+value raises :class:`SettingsError` naming the variable, which ``main`` prints
+as one line with :func:`exit_with_error` -- never a stack trace.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, NoReturn, Self
+
+from pydantic import AfterValidator, Field, ValidationError
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+PREFIX = "SP_"
+
+
+class SettingsError(ValueError):
+    """A configuration value is missing or invalid; the message names it."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+
+
+def exit_with_error(program: str, error: Exception) -> NoReturn:
+    """Print one line naming what is wrong and exit with status 2."""
+    print(f"{program}: error: {error}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class _Environ(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping (``os.environ``
+    in ``main``, a dict in tests); values are stripped, blank ones are unset."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    # The hook pydantic-settings' own sources (dotenv, Azure Key Vault, GCP
+    # Secret Manager) override to read variables from elsewhere.
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {(name if self.case_sensitive else name.lower()): value.strip()
+                for name, value in self._environ.items() if name.startswith(PREFIX) and value.strip()}
+
+
+class Settings(BaseSettings):
+    """One program's settings; a field ``name`` is read from ``SP_NAME`` unless
+    its ``validation_alias`` names the variable."""
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
+
+    program: ClassVar[str]      # who reads these variables, as the README's table names it
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Self:
+        try:
+            return cls(**_Environ(cls, environ)())
+        except ValidationError as error:
+            raise _settings_error(cls, error.errors()[0]) from None
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   **_: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only what ``from_env`` read from the mapping it was given: never
+        ``os.environ`` behind its back, nor a ``.env`` file."""
+        return (init_settings,)
+
+    @classmethod
+    def variable(cls, field: str) -> str:
+        alias = cls.model_fields[field].validation_alias
+        return alias if isinstance(alias, str) else PREFIX + field.upper()
+
+
+def _settings_error(cls: type[Settings], error: ErrorDetails) -> SettingsError:
+    """pydantic's first validation error as one line naming the variable."""
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, SettingsError):       # a check across fields (a model validator)
+        return cause
+    name = str(error["loc"][0])
+    field = next(f for f in cls.model_fields if name in (f, cls.variable(f)))
+    return SettingsError(cls.variable(field), _problem(cls, field, error, cause))
+
+
+def _problem(cls: type[Settings], field: str, error: ErrorDetails, cause: Any) -> str:
+    extra = cls.model_fields[field].json_schema_extra
+    unit = f" ({extra['unit']})" if isinstance(extra, dict) and "unit" in extra else ""
+    got = error.get("input")
+    match error["type"]:
+        case "int_parsing" | "int_from_float" | "int_type":
+            return f"expected an integer{unit}, got {got!r}"
+        case "bool_parsing" | "bool_type":
+            return f"expected true or false, got {got!r}"
+        case "greater_than_equal":
+            return f"must be at least {error['ctx']['ge']}, got {got}"
+        case "less_than_equal":
+            return f"must be at most {error['ctx']['le']}, got {got}"
+        case "value_error":                      # a field validator's own message
+            return str(cause)
+        case _:
+            return f"{error['msg'][:1].lower()}{error['msg'][1:]}, got {got!r}"
+
+
+# --- value types --------------------------------------------------------------
+
+def _host_port(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port, got {value!r}")
+    return value
+
+
+Address = Annotated[str, AfterValidator(_host_port)]
+"""A ``host:port`` address."""
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
+"""A path; ``~`` is the user's home."""
+
+Milliseconds = Annotated[int, Field(json_schema_extra={"unit": "milliseconds"})]
+Seconds = Annotated[int, Field(json_schema_extra={"unit": "seconds"})]
+
+
+# --- variables more than one program reads --------------------------------------
+
+WorkerCount = Annotated[int, Field(
+    ge=1, le=1024, description="number of workers; the controller refuses a worker with a different count")]
+LogDir = Annotated[UserPath, Field(description="root of the event logs")]
+SavepointDir = Annotated[UserPath, Field(
+    description="the savepoint root, shared by the controller and every worker: exports are written and "
+                "imports read here")]
+ForceGraphChange = Annotated[bool, Field(
+    description='restore a changed pipeline over a checkpoint that holds finished nodes (see "Pipeline changes")')]
+HealthMaxAge = Annotated[Seconds, Field(
+    ge=1, description="container health checks: seconds without progress (a worker's report, an append to the "
+                      "producer's log) before the container counts as unhealthy")]
+GrpcPort = Annotated[Port, Field(description="the controller's gRPC port (workers)")]
+HttpPort = Annotated[Port, Field(description="the controller's REST port (people and tools)")]

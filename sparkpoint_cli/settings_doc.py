@@ -1,0 +1,116 @@
+"""The README's "Configuration" table, generated from the settings classes.
+
+    python -m sparkpoint_cli.settings_doc           rewrite the table in README.md (``make settings-doc``)
+    python -m sparkpoint_cli.settings_doc --check   exit 1 if README.md's table is out of date
+
+One row per variable, in the order the classes define them: its name, the
+programs that read it, its default and its meaning (the field's
+description). A variable several programs read is one row naming them all;
+a default computed from other settings shows them as ``<SP_...>``.
+tests/unit/test_settings_doc.py fails when the README's table differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller.settings import ControllerSettings
+from sparkpoint.devstack import DevStackSettings
+from sparkpoint.producer import ProducerSettings
+from sparkpoint.settings import Settings
+from sparkpoint_cli.settings import CliSettings
+from worker.settings import WorkerSettings
+
+PROGRAMS: tuple[type[Settings], ...] = (WorkerSettings, ControllerSettings, ProducerSettings, CliSettings,
+                                        DevStackSettings)
+README = Path(__file__).resolve().parents[1] / "README.md"
+BEGIN = "<!-- the settings table: generated from the settings classes by `make settings-doc` -->"
+END = "<!-- end of the settings table -->"
+HEADER = "| variable | service | default | meaning |\n|---|---|---|---|"
+
+
+class _Placeholders(dict):
+    """What a default computed from other fields sees: each as ``<SP_NAME>``."""
+
+    def __init__(self, cls: type[Settings]) -> None:
+        super().__init__()
+        self._cls = cls
+
+    def __missing__(self, name: str) -> str:
+        return f"<{self._cls.variable(name)}>"
+
+
+def default_text(cls: type[Settings], name: str) -> str:
+    value = cls.model_fields[name].get_default(call_default_factory=True, validated_data=_Placeholders(cls))
+    if value is None or value == "":
+        return "(unset)"
+    return f"`{str(value).lower() if isinstance(value, bool) else value}`"
+
+
+@dataclass
+class Row:
+    variable: str
+    meaning: str
+    defaults: dict[str, str] = field(default_factory=dict)      # program -> its default
+
+    def render(self) -> str:
+        first, *others = self.defaults.items()
+        default = first[1]
+        differing = [f"{program}: {text}" for program, text in others if text != default]
+        if differing:
+            default += f" ({'; '.join(differing)})"
+        return f"| `{self.variable}` | {', '.join(self.defaults)} | {default} | {self.meaning} |"
+
+
+def rows(programs: tuple[type[Settings], ...] = PROGRAMS) -> list[Row]:
+    table: dict[str, Row] = {}
+    for cls in programs:
+        for name, info in cls.model_fields.items():
+            if not info.description:
+                raise ValueError(f"{cls.__name__}.{name} ({cls.variable(name)}) has no description")
+            row = table.setdefault(cls.variable(name), Row(cls.variable(name), info.description))
+            row.defaults[cls.program] = default_text(cls, name)
+    return list(table.values())
+
+
+def render_table(programs: tuple[type[Settings], ...] = PROGRAMS) -> str:
+    return "\n".join([HEADER, *(row.render() for row in rows(programs))])
+
+
+def _table_span(text: str) -> tuple[int, int]:
+    """Where a README's generated table is: between the two markers."""
+    try:
+        start = text.index(BEGIN) + len(BEGIN)
+        return start, text.index(END, start)
+    except ValueError:
+        raise ValueError(f"README.md: the settings table's markers are missing ({BEGIN} ... {END})") from None
+
+
+def table_in(text: str) -> str:
+    start, end = _table_span(text)
+    return text[start:end].strip("\n")
+
+
+def with_table(text: str, table: str) -> str:
+    start, end = _table_span(text)
+    return f"{text[:start]}\n{table}\n{text[end:]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m sparkpoint_cli.settings_doc", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md's table is out of date")
+    args = parser.parse_args()
+    text, table = README.read_text(), render_table()
+    if table_in(text) == table:
+        return
+    if args.check:
+        raise SystemExit("README.md: the settings table is out of date; run `make settings-doc`")
+    README.write_text(with_table(text, table))
+    print("README.md: settings table updated")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,7 @@ PROTOS := $(wildcard proto/sparkpoint/v1/*.proto)
 # Generated into the package namespace: proto/sparkpoint/v1/x.proto -> sparkpoint/v1/x_pb2.py.
 PROTO_OUT := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS)) $(patsubst proto/%.proto,%_pb2_grpc.py,$(PROTOS))
 
-.PHONY: all deps java postgres-server proto test unit integration chaos run settings-doc clean-local
+.PHONY: all deps java postgres-server chromium proto test unit integration chaos run settings-doc clean-local
 
 all: deps proto
 
@@ -29,13 +29,21 @@ postgres-server:
 	  echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/sparkpoint-no-main-cluster.conf && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
+# The status page's browser test (tests/integration/test_status_page.py) drives
+# Debian's chromium through its chromedriver (Selenium never downloads a
+# browser here); install both when missing.
+chromium:
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+	  echo "chromium not found: installing chromium and chromium-driver"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-deps: java postgres-server $(STAMP)
+deps: java postgres-server chromium $(STAMP)
 
 # Generated gRPC code; imports are package-qualified (sparkpoint.v1).
 sparkpoint/v1/%_pb2.py sparkpoint/v1/%_pb2_grpc.py: proto/sparkpoint/v1/%.proto $(STAMP)

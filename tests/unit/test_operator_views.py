@@ -115,3 +115,15 @@ def test_the_controllers_checkpoint_keeps_graph_checkpoints_and_recoveries(servi
     assert record == service.worker("w0")
     assert (record.nodes, record.finished_nodes, record.recoveries) == (NODES, ("backfill",), 1)
     assert record.checkpoints[0].queries == (QueryCut("q", 1, {"0": 5}),)
+
+
+def test_the_status_page_and_only_its_own_files_are_served(rest):
+    page = rest.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script src="/static/page.js">' in page.text and "https://" not in page.text    # nothing from the web
+    for name, kind in (("page.js", "text/javascript"), ("page.css", "text/css"), ("favicon.svg", "image/svg+xml")):
+        response = rest.get(f"/static/{name}")
+        assert response.status_code == 200 and response.headers["content-type"].startswith(kind)
+        assert "https://" not in response.text and "http://" not in response.text.replace("http://www.w3.org", "")
+    for name in ("index.html", "..%2Fpage.py", "nothing.js"):
+        assert rest.get(f"/static/{name}").status_code == 404

@@ -57,6 +57,8 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     except PySparkException as error:
         exit_with_error(PROGRAM, f"cannot start Spark (SP_SPARK_MASTER={settings.spark_master}): "
                                  f"{summarize_error(str(error))}")
+    if settings.spark_ui_port is not None:
+        log.info("Spark's UI: %s", spark.sparkContext.uiWebUrl)
     try:
         layout = pipeline_layout(pipeline, stateful_schemas(pipeline, spark))
     except PySparkException as error:

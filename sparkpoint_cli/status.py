@@ -65,7 +65,7 @@ def status_view(status: dict[str, Any]) -> RenderableType:
              for worker, s in sinks],
             right=("PENDING", "LAG", "RETRIES"))]
     errors = [f"{w['worker_id']}: {message}" for w in status["workers"]
-              for message in [w["checkpoint_error"], *(f"{q['name']}: {q['error']}" for q in w["queries"])]
+              for message in [w["checkpoint_error"], *(f"{q['name']}: {q['error']}" for q in w["queries"] if q["error"])]
               if message]
     parts += [Text(f"error: {line}", style="red") for line in errors]
     return Group(*parts)

@@ -70,6 +70,16 @@ def test_status_shows_the_pipeline_its_workers_and_sinks(url, pipeline, clock, c
     assert cells(lines[6]) == ["WORKER", "SINK", "STATE", "PUBLISHED", "PENDING", "LAG", "RETRIES", "TARGET"]
     assert cells(lines[7]) == ["w0", "out", "waiting", "batch 38", "3", "3", "7",
                                "files out (transactional): OSError: disk full, retry in 0 ms"]
+    assert len(lines) == 8                      # no error lines: none failed
+
+
+def test_status_names_failed_queries_and_checkpoints(url, pipeline, clock, capsys):
+    report(pipeline, 0, WorkerState.FAILED, queries=(QueryProgress("out", 3, active=False,
+                                                                   error="ZeroDivisionError: division by zero"),),
+           failed_checkpoints=1, checkpoint_error="checkpoint 7: OSError: disk full")
+    assert run(url, "status") == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "error: w0: checkpoint 7: OSError: disk full", "error: w0: out: ZeroDivisionError: division by zero"]
 
 
 def test_status_as_json_is_the_controllers(url, pipeline, clock, capsys):

@@ -1,8 +1,8 @@
 """The status page in a real browser: Debian's chromium, driven by Selenium
 through Debian's chromedriver (``make chromium``), against a real controller
 process fed over gRPC by two workers' real clients (no Spark). The page
-loads, shows the graph, the workers, their sinks and a savepoint, and
-follows a worker's state without a reload; a screenshot is saved under
+loads, shows the workers as they register, the graph, their sinks and a
+savepoint, and follows a worker's state, all without a reload; a screenshot is saved under
 test-artifacts/."""
 
 from __future__ import annotations
@@ -137,14 +137,18 @@ def text(browser, selector: str) -> str:
 
 def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, browser):
     base, grpc_address = controller
+    browser.get(base + "/")
+    wait = WebDriverWait(browser, 30)
+    # Before any worker: the page says so.
+    wait.until(lambda b: text(b, "#workers tbody") == "No worker has registered yet.")
+    assert text(browser, "#pipeline-state") == "starting" and text(browser, "#fact-workers") == "0 / 2"
+    marker = browser.execute_script("return window.__loaded = 'the same page';")
     workers = [FeedingWorker(grpc_address, index) for index in (0, 1)]
     for worker in workers:
         worker.start()
     try:
         savepoint = post_json(f"{base}/savepoints", {"label": "before v2"})
-        browser.get(base + "/")
-        wait = WebDriverWait(browser, 30)
-        # Loaded: both workers running, the graph with its stateful and finished nodes.
+        # The workers appear, running; the graph with its stateful and finished nodes.
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#workers tr[data-state=running]")) == 2)
         assert browser.title == "Sparkpoint"
         assert text(browser, "#pipeline-state") == "running"
@@ -158,8 +162,7 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
         assert text(browser, f'#savepoints tr[data-savepoint="{savepoint["id"]}"]').startswith(
             f"{savepoint['id']} before v2")
 
-        # A worker's state changes: the page follows without a reload.
-        marker = browser.execute_script("return window.__loaded = 'the same page';")
+        # A worker's state changes: the page follows, still without a reload.
         workers[1].state = WorkerState.RECOVERING
         workers[0].waiting_since = time.time()
         workers[0].sink_error = "OperationalError: connection refused"
@@ -176,7 +179,7 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
                    len(b.find_elements(By.CSS_SELECTOR, "#chart-checkpoints circle")) >= 4)
         ARTIFACTS.mkdir(exist_ok=True)
         chrome = browser.execute_script("return window.outerHeight - window.innerHeight;")
-        browser.set_window_size(1360, browser.execute_script("return document.documentElement.scrollHeight;") + chrome)
+        browser.set_window_size(1360, browser.execute_script("return document.body.scrollHeight;") + chrome)
         assert browser.save_screenshot(str(ARTIFACTS / "status-page.png"))
     finally:
         for worker in workers:

@@ -20,8 +20,8 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-function number(value, digits = 0) {
-  return Number(value).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+function number(value, digits = 0, minDigits = digits) {
+  return Number(value).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: minDigits });
 }
 
 function bytes(value) {
@@ -276,7 +276,7 @@ function renderCharts(status, now) {
     points: ((history.workers[w] || {})[key] || []).map((s) => [s.at, pick(s)]),
   }));
   lineChart(document.getElementById("chart-rate"), series("progress", (s) => s.rows_per_second), now,
-            (v) => number(v, v < 10 ? 1 : 0), false);
+            (v) => number(v, 2, 0), false);
   lineChart(document.getElementById("chart-checkpoints"), series("checkpoints", (s) => s.duration_s), now,
             (v) => duration(v), true);
 }

@@ -9,7 +9,7 @@ PROTOS := $(wildcard proto/sparkpoint/v1/*.proto)
 # Generated into the package namespace: proto/sparkpoint/v1/x.proto -> sparkpoint/v1/x_pb2.py.
 PROTO_OUT := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS)) $(patsubst proto/%.proto,%_pb2_grpc.py,$(PROTOS))
 
-.PHONY: all deps java postgres-server proto test unit integration chaos run settings-doc clean-local
+.PHONY: all deps java postgres-server chromium proto test unit integration chaos run settings-doc clean-local
 
 all: deps proto
 
@@ -29,13 +29,21 @@ postgres-server:
 	  echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/sparkpoint-no-main-cluster.conf && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
+# The status page's browser test (tests/integration/test_status_page.py) drives
+# Debian's chromium through its chromedriver (Selenium never downloads a
+# browser here); install both when missing.
+chromium:
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+	  echo "chromium not found: installing chromium and chromium-driver"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-deps: java postgres-server $(STAMP)
+deps: java postgres-server chromium $(STAMP)
 
 # Generated gRPC code; imports are package-qualified (sparkpoint.v1).
 sparkpoint/v1/%_pb2.py sparkpoint/v1/%_pb2_grpc.py: proto/sparkpoint/v1/%.proto $(STAMP)
@@ -75,7 +83,9 @@ clean-local:
 # from the machine's Debian mirror and `docker import`ed, Python packages from
 # a wheelhouse built on the host; nothing is pulled from a registry.
 #   make images   base images, wheelhouse, then the controller, worker and postgres images
-#   make up       images, `compose up -d`, wait until every service is healthy
+#                 (and Prometheus's with PROFILE=monitoring)
+#   make up       images, `compose up -d`, wait until every service is healthy;
+#                 PROFILE=monitoring adds Prometheus scraping the controller
 #   make down     stop the stack (volumes kept)
 #   make clean    stop it, delete its volumes and build/
 #   helpers: docker-ps, docker-logs, docker-crash SERVICE=worker-0, docker-clean-images
@@ -85,12 +95,19 @@ COMPOSE_PROJECT_NAME ?= sparkpoint
 export COMPOSE_PROJECT_NAME
 # The `docker compose` plugin when present, else the docker-compose binary.
 COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo "docker compose"; else echo docker-compose; fi)
-DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) -f docker-compose.yml
+# Optional compose profiles (PROFILE=monitoring) and extra files (e.g.
+# COMPOSE_FILES="docker-compose.yml docker/compose.spark-ui.yml").
+PROFILE ?=
+COMPOSE_FILES ?= docker-compose.yml
+MONITORING := $(filter monitoring,$(PROFILE))
+DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) $(foreach p,$(PROFILE),--profile $(p))
+# Stopping takes down every profile's services, whichever were started.
+DC_ALL = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) --profile monitoring
 UP_TIMEOUT ?= 420
 WHEELHOUSE := build/wheelhouse
 IMAGE_INPUTS := pyproject.toml controller worker proto sparkpoint sparkpoint_cli $(WHEELHOUSE)
 
-.PHONY: images docker-tools base-images wheelhouse up down clean docker-ps docker-logs docker-crash docker-clean-images savepoint
+.PHONY: images monitoring-images docker-tools base-images wheelhouse up down clean docker-ps docker-logs docker-crash docker-clean-images savepoint
 
 docker-tools:
 	@command -v docker >/dev/null 2>&1 || { echo "docker is not installed" >&2; exit 1; }
@@ -109,8 +126,14 @@ $(WHEELHOUSE)/.stamp: pyproject.toml docker/wheelhouse.sh
 
 wheelhouse: $(WHEELHOUSE)/.stamp
 
+# Prometheus for the monitoring profile, from Debian's package (not built otherwise).
+monitoring-images: docker-tools
+	@docker/build-rootfs.sh prometheus >/dev/null
+	@docker/build-image.sh prometheus docker/prometheus/Dockerfile docker/prometheus "$$(cat build/base-prometheus.ref)" \
+	  docker/prometheus >/dev/null
+
 # Each image is tagged with a hash of its inputs (and :latest); unchanged ones are not rebuilt.
-images: proto base-images wheelhouse
+images: proto base-images wheelhouse $(if $(MONITORING),monitoring-images)
 	@docker/build-image.sh controller Dockerfile.controller . "$$(cat build/base-python.ref)" \
 	  $(IMAGE_INPUTS) docker/healthcheck-http.py docker/healthcheck-producer.py >/dev/null
 	@docker/build-image.sh worker Dockerfile.worker . "$$(cat build/base-java.ref)" \
@@ -121,15 +144,19 @@ images: proto base-images wheelhouse
 
 up: images
 	$(DC) up -d --remove-orphans
-	@COMPOSE="$(DC)" docker/wait-healthy.sh $(UP_TIMEOUT) controller worker-0 worker-1 producer postgres
+	@COMPOSE="$(DC)" docker/wait-healthy.sh $(UP_TIMEOUT) controller worker-0 worker-1 producer postgres \
+	  $(if $(MONITORING),prometheus)
 	@port=$$($(DC) port controller 8080 | sed 's/.*://'); \
 	  echo "Sparkpoint is running (project $(COMPOSE_PROJECT_NAME)):"; \
-	  echo "  status:   curl localhost:$$port/status"; \
-	  echo "  API docs: http://localhost:$$port/docs"; \
-	  echo "  logs:     $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) logs -f worker-0"
+	  echo "  status page: http://localhost:$$port/"; \
+	  echo "  status:      sparkpoint status --controller http://localhost:$$port (or curl localhost:$$port/status)"; \
+	  echo "  metrics:     curl localhost:$$port/metrics"; \
+	  echo "  API docs:    http://localhost:$$port/docs"; \
+	  echo "  logs:        $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) logs -f worker-0"
+	@$(if $(MONITORING),echo "  Prometheus:  http://localhost:$$($(DC) port prometheus 9090 | sed 's/.*://')/")
 
 down:
-	$(DC) down --remove-orphans
+	$(DC_ALL) down --remove-orphans
 
 docker-ps:
 	$(DC) ps
@@ -151,7 +178,7 @@ docker-crash:
 	  echo "crashed $(SERVICE) ($$(echo $$id | cut -c1-12)); restart policy: $$(docker inspect -f '{{.HostConfig.RestartPolicy.Name}}' $$id)"
 
 clean:
-	$(DC) down -v --remove-orphans
+	$(DC_ALL) down -v --remove-orphans
 	@if awk -v d="$(CURDIR)/build/" 'index($$2 "/", d) == 1 { f = 1 } END { exit !f }' /proc/mounts; then \
 	  echo "something is mounted under build/ (an interrupted debootstrap?): unmount it first" >&2; exit 1; fi
 	rm -rf build

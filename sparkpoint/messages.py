@@ -73,6 +73,18 @@ class Recovery:
     active: bool = False
     target_bytes: int = 0
     replayed_bytes: int = 0
+    started_at: float = 0.0     # worker's clock, when this run began restoring; 0: it restored nothing
+    duration_ms: float = 0.0    # from started_at until caught up; 0 while active
+
+
+@dataclass(frozen=True)
+class PipelineNode:
+    """One node of the pipeline graph, as the controller shows it."""
+
+    name: str
+    kind: str                       # e.g. "source.log", "map", "aggregate", "sink.files"
+    stateful: bool = False
+    inputs: tuple[str, ...] = ()    # the nodes feeding it
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,7 @@ class Registration:
     pipeline_fingerprint: str
     node_names: tuple[str, ...] = ()
     checkpoints: tuple[CheckpointInfo, ...] = ()    # durable on the worker's volume, oldest first
+    nodes: tuple[PipelineNode, ...] = ()            # the graph, in pipeline order
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,13 @@ class QueryProgress:
     rows_per_second: float = 0.0
     active: bool = True
     error: str = ""
+    # The source's end when the batch was planned; minus ``offsets``: how far behind.
+    latest_offsets: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lag_bytes(self) -> int:
+        """Bytes of input behind the source's end, as of the last batch."""
+        return sum(max(0, end - self.offsets.get(partition, 0)) for partition, end in self.latest_offsets.items())
 
 
 @dataclass(frozen=True)
@@ -143,6 +163,7 @@ class SinkProgress:
     published_checkpoint_id: int = 0    # the mark: published up to this checkpoint ...
     published_batch_id: int = -1        # ... and this batch (-1: nothing yet)
     pending_batches: int = 0            # staged, not yet published
+    retries: int = 0                    # failed publish attempts in this run
 
 
 @dataclass(frozen=True)
@@ -177,6 +198,10 @@ class ProgressReport:
     sinks: tuple[SinkProgress, ...] = ()
     savepoint_answers: tuple[SavepointAnswer, ...] = ()
     exports: tuple[ExportAnswer, ...] = ()
+    finished_nodes: tuple[str, ...] = ()    # nodes whose every branch has finished
+    # The durable checkpoints on the worker's volume, oldest first; None: not
+    # known yet in this run (the controller keeps what it had).
+    checkpoints: tuple[CheckpointInfo, ...] | None = None
 
 
 # Commands the acknowledgement of a report carries to its worker. Each is

@@ -16,6 +16,7 @@ from sparkpoint.messages import (
     CommitOutcome,
     Export,
     ExportAnswer,
+    PipelineNode,
     ProgressReport,
     QueryCut,
     QueryProgress,
@@ -111,6 +112,8 @@ def registration_to_pb(registration: Registration) -> pb.RegisterRequest:
         pipeline_fingerprint=registration.pipeline_fingerprint,
         node_names=list(registration.node_names),
         checkpoints=[checkpoint_to_pb(c) for c in registration.checkpoints],
+        nodes=[pb.PipelineNode(name=n.name, kind=n.kind, stateful=n.stateful, inputs=list(n.inputs))
+               for n in registration.nodes],
     )
 
 
@@ -122,6 +125,7 @@ def registration_from_pb(request: pb.RegisterRequest) -> Registration:
         pipeline_fingerprint=request.pipeline_fingerprint,
         node_names=tuple(request.node_names),
         checkpoints=tuple(checkpoint_from_pb(c) for c in request.checkpoints),
+        nodes=tuple(PipelineNode(n.name, n.kind, n.stateful, tuple(n.inputs)) for n in request.nodes),
     )
 
 
@@ -157,21 +161,26 @@ def report_to_pb(report: ProgressReport) -> pb.ProgressReport:
         state=_WORKER_STATES[report.state],
         queries=[pb.QueryProgress(name=q.name, batch_id=q.batch_id, offsets=q.offsets,
                                   rows_processed=q.rows_processed, rows_per_second=q.rows_per_second,
-                                  active=q.active, error=q.error) for q in report.queries],
+                                  active=q.active, error=q.error, latest_offsets=q.latest_offsets)
+                 for q in report.queries],
         dropped_checkpoints=report.dropped_checkpoints,
         failed_checkpoints=report.failed_checkpoints,
         checkpoint_error=report.checkpoint_error,
         restored_checkpoint_id=report.restored_checkpoint_id,
         recovery=pb.Recovery(active=report.recovery.active, target_bytes=report.recovery.target_bytes,
-                             replayed_bytes=report.recovery.replayed_bytes),
+                             replayed_bytes=report.recovery.replayed_bytes, started_at=report.recovery.started_at,
+                             duration_ms=report.recovery.duration_ms),
         sinks=[pb.SinkProgress(
             name=s.name, target=s.target, contract=_SINK_CONTRACTS[s.contract], state=_SINK_STATES[s.state],
             error=s.error, waiting_since=s.waiting_since, next_retry_at=s.next_retry_at,
             published_checkpoint_id=s.published_checkpoint_id, published_batch_id=s.published_batch_id,
-            pending_batches=s.pending_batches) for s in report.sinks],
+            pending_batches=s.pending_batches, retries=s.retries) for s in report.sinks],
         savepoint_answers=[pb.SavepointAnswer(savepoint_id=a.savepoint_id, checkpoint_id=a.checkpoint_id)
                            for a in report.savepoint_answers],
         exports=[pb.ExportAnswer(savepoint_id=e.savepoint_id, dir=e.dir, error=e.error) for e in report.exports],
+        finished_nodes=list(report.finished_nodes),
+        checkpoints=None if report.checkpoints is None else pb.CheckpointList(
+            checkpoints=[checkpoint_to_pb(c) for c in report.checkpoints]),
     )
 
 
@@ -183,12 +192,13 @@ def report_from_pb(request: pb.ProgressReport) -> ProgressReport:
         # A state this controller does not know yet: starting (it promises nothing).
         state=_WORKER_STATES_FROM_PB.get(request.state, WorkerState.STARTING),
         queries=tuple(QueryProgress(q.name, q.batch_id, dict(q.offsets), q.rows_processed, q.rows_per_second,
-                                    q.active, q.error) for q in request.queries),
+                                    q.active, q.error, dict(q.latest_offsets)) for q in request.queries),
         dropped_checkpoints=request.dropped_checkpoints,
         failed_checkpoints=request.failed_checkpoints,
         checkpoint_error=request.checkpoint_error,
         restored_checkpoint_id=request.restored_checkpoint_id,
-        recovery=Recovery(request.recovery.active, request.recovery.target_bytes, request.recovery.replayed_bytes),
+        recovery=Recovery(request.recovery.active, request.recovery.target_bytes, request.recovery.replayed_bytes,
+                          request.recovery.started_at, request.recovery.duration_ms),
         sinks=tuple(SinkProgress(
             name=s.name, target=s.target,
             # An unknown contract counts as transactional: the republish check stays on the safe side.
@@ -196,9 +206,12 @@ def report_from_pb(request: pb.ProgressReport) -> ProgressReport:
             state=_SINK_STATES_FROM_PB.get(s.state, SinkState.OK), error=s.error,
             waiting_since=s.waiting_since, next_retry_at=s.next_retry_at,
             published_checkpoint_id=s.published_checkpoint_id, published_batch_id=s.published_batch_id,
-            pending_batches=s.pending_batches) for s in request.sinks),
+            pending_batches=s.pending_batches, retries=s.retries) for s in request.sinks),
         savepoint_answers=tuple(SavepointAnswer(a.savepoint_id, a.checkpoint_id) for a in request.savepoint_answers),
         exports=tuple(ExportAnswer(e.savepoint_id, e.dir, e.error) for e in request.exports),
+        finished_nodes=tuple(request.finished_nodes),
+        checkpoints=tuple(checkpoint_from_pb(c) for c in request.checkpoints.checkpoints)
+        if request.HasField("checkpoints") else None,
     )
 
 

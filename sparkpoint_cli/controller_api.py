@@ -9,11 +9,16 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from sparkpoint_cli.errors import CommandError, Refused
 
 DEFAULT_URL = "http://localhost:8080"
+
+ControllerOption = Annotated[str | None, typer.Option(
+    "--controller", metavar="URL", help=f"the controller's REST address (default: SP_CONTROLLER_URL, else {DEFAULT_URL})")]
 
 
 def checked_url(url: str, source: str) -> str:
@@ -27,6 +32,18 @@ def checked_url(url: str, source: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise CommandError(f"{source}: expected the controller's address like {DEFAULT_URL}, got {url!r}")
     return url.rstrip("/")
+
+
+def connect(option: str | None, configured: str) -> ControllerApi:
+    """The controller at ``--controller`` if given, else at ``SP_CONTROLLER_URL`` (``configured``)."""
+    if option is not None:
+        return ControllerApi(checked_url(option, "--controller"))
+    return ControllerApi(checked_url(configured, "SP_CONTROLLER_URL"))
+
+
+def quoted(segment: str) -> str:
+    """A value as one path segment of a URL."""
+    return urllib.parse.quote(segment, safe="")
 
 
 class ControllerApi:

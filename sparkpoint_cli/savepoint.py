@@ -1,5 +1,6 @@
 """``sparkpoint savepoint ...``: savepoints through the controller's REST API.
 
+\b
   create LABEL        every worker checkpoints now; waits until the savepoint
                       is complete, showing progress (--no-wait: return at once)
   list                every savepoint, oldest first
@@ -14,66 +15,39 @@
                       deployment
 
 The controller's address: --controller URL, else SP_CONTROLLER_URL, else
-http://localhost:8080.
+http://localhost:8080. ``--output json`` prints the controller's answer.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer reads the commands' annotations,
+# some of which name values of the enclosing function.
 
-import argparse
-import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from controller.savepoints.model import InvalidSavepointId, savepoint_number
-from sparkpoint.tables import render_table as table
-from sparkpoint_cli.controller_api import DEFAULT_URL, ControllerApi, checked_url
+from sparkpoint.tables import table
+from sparkpoint_cli.controller_api import ControllerApi, ControllerOption, connect
 from sparkpoint_cli.errors import DONE, CommandError
+from sparkpoint_cli.output import Output, OutputOption, emit, print_json, styled, when
 from sparkpoint_cli.settings import CliSettings
-
-View = TypeVar("View")
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """How the CLI waits for the controller; tests replace the clock."""
-
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
-    interval_s: float = 0.5
-
-    def follow(self, fetch: Callable[[], View], describe: Callable[[View], str], done: Callable[[View], bool],
-               timeout_s: float) -> View | None:
-        """Fetch until ``done``, printing ``describe`` on stderr whenever it
-        changes; None if the deadline passes first."""
-        deadline = self.clock() + timeout_s
-        shown = ""
-        while True:
-            view = fetch()
-            line = describe(view)
-            if line != shown:
-                print(line, file=sys.stderr)
-                shown = line
-            if done(view):
-                return view
-            if self.clock() >= deadline:
-                return None
-            self.sleep(self.interval_s)
+from sparkpoint_cli.waiting import Waiting
 
 
-def savepoint_id(text: str) -> str:
-    """An argparse type: a bad id is a usage error, before anything is sent."""
+def checked_savepoint_id(text: str) -> str:
+    """A bad id is a usage error, before anything is sent."""
     try:
         savepoint_number(text)
     except InvalidSavepointId as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        raise typer.BadParameter(str(error)) from None
     return text
 
 
-def when(timestamp: float | None) -> str:
-    return "" if timestamp is None else datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+SavepointId = Annotated[str, typer.Argument(metavar="ID", callback=checked_savepoint_id, show_default=False)]
+Timeout = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="how long to wait")]
 
 
 def checkpoints_cell(view: dict[str, Any]) -> str:
@@ -81,31 +55,34 @@ def checkpoints_cell(view: dict[str, Any]) -> str:
     return " ".join(f"{index}:{checkpoint}" for index, checkpoint in view["checkpoints"].items()) or "-"
 
 
-def render_list(views: list[dict[str, Any]]) -> str:
+def list_view(views: list[dict[str, Any]]) -> RenderableType:
     if not views:
         return "No savepoints."
-    return "\n".join(table(("ID", "LABEL", "STATE", "CREATED", "WORKERS:CHECKPOINTS", "IMPORTED FROM"),
-                           [(v["id"], v["label"], v["state"], when(v["created_at"]), checkpoints_cell(v),
-                             v["imported_from"]) for v in views]))
+    return table(("ID", "LABEL", "STATE", "CREATED", "WORKERS:CHECKPOINTS", "IMPORTED FROM"),
+                 [(v["id"], v["label"], styled(v["state"]), when(v["created_at"]), checkpoints_cell(v),
+                   v["imported_from"]) for v in views])
 
 
-def render_savepoint(view: dict[str, Any]) -> str:
-    fields = [("Savepoint", view["id"]), ("Label", view["label"]), ("State", view["state"]),
+def savepoint_view(view: dict[str, Any]) -> RenderableType:
+    fields = [("Savepoint", view["id"]), ("Label", view["label"]), ("State", styled(view["state"])),
               ("Created", when(view["created_at"])), ("Completed", when(view["completed_at"])),
               ("Pipeline", view["pipeline_fingerprint"]), ("Failure", view["failure"]),
               ("Imported from", view["imported_from"])]
-    lines = [f"{name + ':':<15}{value}" for name, value in fields if value]
-    lines += [""] + table(("WORKER", "CHECKPOINT"),
-                          [(str(index), str(view["checkpoints"].get(str(index), "-")))
-                           for index in range(view["worker_count"])])
+    facts = Table.grid(padding=(0, 2))
+    for name, value in fields:
+        if value:
+            facts.add_row(f"{name}:", Text(value) if isinstance(value, str) else value)
+    parts: list[RenderableType] = [facts, "", table(
+        ("WORKER", "CHECKPOINT"), [(str(index), str(view["checkpoints"].get(str(index), "-")))
+                                   for index in range(view["worker_count"])])]
     if view["exports"]:
-        lines += [""] + table(("EXPORT", "STATE", "WRITTEN", "STARTED", "ERROR"),
-                              [(e["path"], e["state"], f"{e['workers_written']} of {e['worker_count']}",
-                                when(e["started_at"]), e["error"]) for e in view["exports"]])
-    return "\n".join(lines)
+        parts += ["", table(("EXPORT", "STATE", "WRITTEN", "STARTED", "ERROR"),
+                            [(e["path"], styled(e["state"]), f"{e['workers_written']} of {e['worker_count']}",
+                              when(e["started_at"]), e["error"]) for e in view["exports"]])]
+    return Group(*parts)
 
 
-def render_restore(view: dict[str, Any]) -> str:
+def restore_view(view: dict[str, Any]) -> str:
     lines = [f"Restoring savepoint {view['savepoint_id']} ({view['label'] or 'no label'}):"]
     for part in view["workers"]:
         source = f"checkpoint {part['checkpoint_id']}" + (f" of {part['import_dir']}" if part["import_dir"] else "")
@@ -123,134 +100,142 @@ def render_restore(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def pinning_progress(view: dict[str, Any]) -> str:
+def pinning(view: dict[str, Any]) -> str:
     if view["state"] != "pending":
         return f"{view['id']}: {view['state']}"
     return f"{view['id']}: {len(view['checkpoints'])} of {view['worker_count']} workers pinned"
 
 
+def show(output: Output, view: Any, text: RenderableType) -> None:
+    """The controller's answer as JSON, or ``text`` for people (a string is
+    printed as it is, never read as markup)."""
+    if output is Output.JSON:
+        print_json(view)
+    else:
+        emit(text)
+
+
 # -- the commands ------------------------------------------------------------------
 
-def create(api: ControllerApi, args: argparse.Namespace, waiting: Waiting) -> int:
-    created = api.post("/savepoints", {"label": args.label})
+def create(api: ControllerApi, label: str, no_wait: bool, timeout: float, output: Output, waiting: Waiting) -> int:
+    created = api.post("/savepoints", {"label": label})
     savepoint = created["id"]
-    if args.no_wait:
-        print(f"{savepoint}: being taken; follow it with: sparkpoint savepoint show {savepoint}")
+    if no_wait:
+        show(output, created, f"{savepoint}: being taken; follow it with: sparkpoint savepoint show {savepoint}")
         return DONE
-    final = waiting.follow(lambda: api.get(f"/savepoints/{savepoint}"), pinning_progress,
-                           lambda view: view["state"] != "pending", args.timeout)
+    final = waiting.follow(lambda: api.get(f"/savepoints/{savepoint}"), lambda view: view["state"] != "pending",
+                           timeout, describe=pinning,
+                           counts=lambda view: (len(view["checkpoints"]), view["worker_count"]))
     if final is None:
-        raise CommandError(f"{savepoint} is still being taken after {args.timeout:g} s (the controller goes on: "
+        raise CommandError(f"{savepoint} is still being taken after {timeout:g} s (the controller goes on: "
                            f"sparkpoint savepoint show {savepoint})")
     if final["state"] == "failed":
         raise CommandError(f"savepoint {savepoint} failed: {final['failure']}")
-    print(render_savepoint(final))
+    show(output, final, savepoint_view(final))
     return DONE
 
 
-def export(api: ControllerApi, args: argparse.Namespace, waiting: Waiting) -> int:
-    started = api.post(f"/savepoints/{args.id}/export", {"path": args.path})
+def export(api: ControllerApi, savepoint: str, path: str, no_wait: bool, timeout: float, output: Output,
+           waiting: Waiting) -> int:
+    started = api.post(f"/savepoints/{savepoint}/export", {"path": path})
     path = started["path"]      # as the controller resolved it under the root
-    if args.no_wait:
-        print(f"Exporting {args.id} to {path}; follow it with: sparkpoint savepoint show {args.id}")
+    if no_wait:
+        show(output, started, f"Exporting {savepoint} to {path}; follow it with: sparkpoint savepoint show {savepoint}")
         return DONE
 
     def fetch() -> dict[str, Any]:
-        exports = [e for e in api.get(f"/savepoints/{args.id}")["exports"] if e["path"] == path]
+        exports = [e for e in api.get(f"/savepoints/{savepoint}")["exports"] if e["path"] == path]
         if not exports:
-            raise CommandError(f"the controller no longer knows the export of {args.id} to {path}: it restarted, "
+            raise CommandError(f"the controller no longer knows the export of {savepoint} to {path}: it restarted, "
                                "and exports in progress do not survive that; export again to a new path")
         return exports[0]
 
-    final = waiting.follow(fetch, lambda e: f"{args.id} -> {path}: {e['workers_written']} of {e['worker_count']} "
-                                            "workers written", lambda e: e["state"] != "pending", args.timeout)
+    final = waiting.follow(fetch, lambda e: e["state"] != "pending", timeout,
+                           describe=lambda e: f"{savepoint} -> {path}: {e['workers_written']} of {e['worker_count']} "
+                                              "workers written",
+                           counts=lambda e: (e["workers_written"], e["worker_count"]))
     if final is None:
-        raise CommandError(f"the export of {args.id} to {path} is still running after {args.timeout:g} s (the "
-                           f"controller goes on: sparkpoint savepoint show {args.id})")
+        raise CommandError(f"the export of {savepoint} to {path} is still running after {timeout:g} s (the "
+                           f"controller goes on: sparkpoint savepoint show {savepoint})")
     if final["state"] == "failed":
-        raise CommandError(f"the export of {args.id} to {path} failed: {final['error']}")
-    print(f"Exported {args.id} to {path} under the savepoint root (SP_SAVEPOINT_DIR).\n"
-          f"On a deployment whose savepoint root holds it: sparkpoint savepoint import {path}")
+        raise CommandError(f"the export of {savepoint} to {path} failed: {final['error']}")
+    show(output, final, f"Exported {savepoint} to {path} under the savepoint root (SP_SAVEPOINT_DIR).\n"
+                        f"On a deployment whose savepoint root holds it: sparkpoint savepoint import {path}")
     return DONE
 
 
-def import_(api: ControllerApi, args: argparse.Namespace) -> int:
-    body = {"path": args.path} if args.label is None else {"path": args.path, "label": args.label}
-    imported = api.post("/savepoints/import", body)
-    print(f"Imported {imported['imported_from']} as {imported['id']}.\n")
-    print(render_savepoint(imported))
-    return DONE
+def savepoint_app(settings: CliSettings, waiting: Waiting) -> typer.Typer:
+    app = typer.Typer(help=__doc__, rich_markup_mode=None)
 
+    @app.command("create")
+    def create_command(label: Annotated[str, typer.Argument(help="letters, digits, spaces and - _ . , : ( ) / + @ "
+                                                                 "#; at most 100 characters", show_default=False)],
+                       no_wait: Annotated[bool, typer.Option("--no-wait", help="return once the controller has "
+                                                                               "asked the workers")] = False,
+                       timeout: Timeout = 600.0, controller: ControllerOption = None,
+                       output: OutputOption = Output.TEXT) -> int:
+        """Take a savepoint now: every worker checkpoints; shows progress until it is complete."""
+        return create(connect(controller, settings.controller_url), label, no_wait, timeout, output, waiting)
 
-def restore(api: ControllerApi, args: argparse.Namespace) -> int:
-    print(render_restore(api.post(f"/savepoints/{args.id}/restore", {"allow_republish": args.allow_republish})))
-    return DONE
+    @app.command("list")
+    def list_command(controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
+        """Every savepoint, oldest first."""
+        views = connect(controller, settings.controller_url).get("/savepoints")
+        show(output, views, list_view(views))
+        return DONE
 
+    @app.command("show")
+    def show_command(savepoint: SavepointId, controller: ControllerOption = None,
+                     output: OutputOption = Output.TEXT) -> int:
+        """One savepoint, its checkpoints and exports."""
+        view = connect(controller, settings.controller_url).get(f"/savepoints/{savepoint}")
+        show(output, view, savepoint_view(view))
+        return DONE
 
-def dispose(api: ControllerApi, args: argparse.Namespace) -> int:
-    disposed = api.delete(f"/savepoints/{args.id}")
-    print(f"Disposed {disposed['id']} ({disposed['label'] or 'no label'}): retention may now delete the "
-          "checkpoints it pinned.")
-    return DONE
+    @app.command("restore")
+    def restore_command(savepoint: SavepointId,
+                        allow_republish: Annotated[bool, typer.Option(
+                            "--allow-republish", help="accept that transactional sinks publish again what they "
+                                                      "published past the savepoint")] = False,
+                        controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
+        """Restart every worker from a savepoint."""
+        view = connect(controller, settings.controller_url).post(f"/savepoints/{savepoint}/restore",
+                                                                 {"allow_republish": allow_republish})
+        show(output, view, restore_view(view))
+        return DONE
 
+    @app.command("dispose")
+    def dispose_command(savepoint: SavepointId, controller: ControllerOption = None,
+                        output: OutputOption = Output.TEXT) -> int:
+        """Forget a savepoint; retention may delete its files."""
+        view = connect(controller, settings.controller_url).delete(f"/savepoints/{savepoint}")
+        show(output, view, f"Disposed {view['id']} ({view['label'] or 'no label'}): retention may now delete the "
+                           "checkpoints it pinned.")
+        return DONE
 
-def show(api: ControllerApi, args: argparse.Namespace) -> int:
-    print(render_savepoint(api.get(f"/savepoints/{args.id}")))
-    return DONE
+    @app.command("export")
+    def export_command(savepoint: SavepointId,
+                       path: Annotated[str, typer.Argument(help="a new directory, relative to the savepoint root "
+                                                                "(SP_SAVEPOINT_DIR)", show_default=False)],
+                       no_wait: Annotated[bool, typer.Option("--no-wait", help="return once the controller has "
+                                                                               "started the export")] = False,
+                       timeout: Timeout = 600.0, controller: ControllerOption = None,
+                       output: OutputOption = Output.TEXT) -> int:
+        """Copy a savepoint into a self-contained directory; shows progress until it is written."""
+        return export(connect(controller, settings.controller_url), savepoint, path, no_wait, timeout, output,
+                      waiting)
 
+    @app.command("import")
+    def import_command(path: Annotated[str, typer.Argument(help="the export's directory, relative to the savepoint "
+                                                                "root", show_default=False)],
+                       label: Annotated[str | None, typer.Option(help="instead of the exported savepoint's label")]
+                       = None,
+                       controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
+        """Record an exported savepoint as a new one."""
+        body = {"path": path} if label is None else {"path": path, "label": label}
+        imported = connect(controller, settings.controller_url).post("/savepoints/import", body)
+        show(output, imported, Group(Text(f"Imported {imported['imported_from']} as {imported['id']}."), "",
+                                     savepoint_view(imported)))
+        return DONE
 
-def list_(api: ControllerApi) -> int:
-    print(render_list(api.get("/savepoints")))
-    return DONE
-
-
-def add_savepoint_command(commands: argparse._SubParsersAction, settings: CliSettings, waiting: Waiting) -> None:
-    group = commands.add_parser("savepoint", help="create, list, show, restore, dispose, export and import savepoints",
-                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = group.add_subparsers(dest="action", required=True, parser_class=type(group))
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--controller", metavar="URL",
-                        help=f"the controller's REST address (default: SP_CONTROLLER_URL, else {DEFAULT_URL})")
-
-    def controller(args: argparse.Namespace) -> ControllerApi:
-        if args.controller is not None:
-            return ControllerApi(checked_url(args.controller, "--controller"))
-        return ControllerApi(checked_url(settings.controller_url, "SP_CONTROLLER_URL"))
-
-    def waits(parser: argparse.ArgumentParser, what: str) -> None:
-        parser.add_argument("--no-wait", action="store_true", help=f"return once the controller has {what}")
-        parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                            help="how long to wait (default 600)")
-
-    parser = actions.add_parser("create", parents=[common], help="take a savepoint now")
-    parser.add_argument("label", help="letters, digits, spaces and - _ . , : ( ) / + @ #; at most 100 characters")
-    waits(parser, "asked the workers")
-    parser.set_defaults(run=lambda args: create(controller(args), args, waiting))
-
-    parser = actions.add_parser("list", parents=[common], help="every savepoint, oldest first")
-    parser.set_defaults(run=lambda args: list_(controller(args)))
-
-    parser = actions.add_parser("show", parents=[common], help="one savepoint, its checkpoints and exports")
-    parser.add_argument("id", type=savepoint_id)
-    parser.set_defaults(run=lambda args: show(controller(args), args))
-
-    parser = actions.add_parser("restore", parents=[common], help="restart every worker from a savepoint")
-    parser.add_argument("id", type=savepoint_id)
-    parser.add_argument("--allow-republish", action="store_true",
-                        help="accept that transactional sinks publish again what they published past the savepoint")
-    parser.set_defaults(run=lambda args: restore(controller(args), args))
-
-    parser = actions.add_parser("dispose", parents=[common], help="forget a savepoint; retention may delete its files")
-    parser.add_argument("id", type=savepoint_id)
-    parser.set_defaults(run=lambda args: dispose(controller(args), args))
-
-    parser = actions.add_parser("export", parents=[common], help="copy a savepoint into a self-contained directory")
-    parser.add_argument("id", type=savepoint_id)
-    parser.add_argument("path", help="a new directory, relative to the savepoint root (SP_SAVEPOINT_DIR)")
-    waits(parser, "started the export")
-    parser.set_defaults(run=lambda args: export(controller(args), args, waiting))
-
-    parser = actions.add_parser("import", parents=[common], help="record an exported savepoint as a new one")
-    parser.add_argument("path", help="the export's directory, relative to the savepoint root")
-    parser.add_argument("--label", help="instead of the exported savepoint's label")
-    parser.set_defaults(run=lambda args: import_(controller(args), args))
+    return app

@@ -44,6 +44,13 @@ def get_json(url: str) -> dict:
         return {"http_status": error.code, **json.load(error)}
 
 
+def post_json(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)
+
+
 def worker_status(stack, index: int = 0) -> dict | None:
     """Worker ``index`` as the stack's controller shows it (None until it registered)."""
     status = get_json(stack.config.status_url)

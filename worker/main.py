@@ -57,12 +57,14 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     except PySparkException as error:
         exit_with_error(PROGRAM, f"cannot start Spark (SP_SPARK_MASTER={settings.spark_master}): "
                                  f"{summarize_error(str(error))}")
+    if settings.spark_ui_port is not None:
+        log.info("Spark's UI: %s", spark.sparkContext.uiWebUrl)
     try:
         layout = pipeline_layout(pipeline, stateful_schemas(pipeline, spark))
     except PySparkException as error:
         exit_with_error(PROGRAM, f"{settings.pipeline}: {summarize_error(str(error))}")
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
-                              pipeline.fingerprint(), layout.node_names)
+                              pipeline.fingerprint(), layout.node_names, pipeline.graph())
     client = ControllerClient(settings.controller_addr, identity,
                               checkpoints=lambda: [m.info() for m in store.readable()[0]] if checkpoints_on else [])
     session = Session(settings, pipeline, layout, store, spark, client)

@@ -65,6 +65,9 @@ class WorkerSettings(Settings):
         1000, ge=0, validation_alias="SP_TRIGGER_INTERVAL", description="micro-batch trigger interval, milliseconds")
     report_interval_ms: Milliseconds = Field(
         1000, ge=50, validation_alias="SP_REPORT_INTERVAL", description="progress report interval, milliseconds")
+    spark_ui_port: Port | None = Field(
+        None, description="serve Spark's own web UI for this worker on this port (every interface; see \"Spark's "
+                          "UI\"); unset: no UI")
     force_graph_change: ForceGraphChange = False
     savepoint_dir: SavepointDir = Path("var/savepoints")
     pg_host: str | None = Field(

@@ -13,8 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.core.errors import Conflict, InvalidRequest
-from controller.core.status import PipelineStatus, build_status
+from controller.core.checkpoints import DurableCheckpoint, worker_checkpoints
+from controller.core.errors import Conflict, InvalidRequest, NotFound
+from controller.core.graph import PipelineView, pipeline_view
+from controller.core.history import HistoryView
+from controller.core.readings import Readings, WorkerDurations
+from controller.core.status import PipelineStatus, build_status, worker_lag_bytes, worker_rows_per_second
+from controller.progress.observations import HISTORY_WINDOW_S, Observations
 from controller.progress.table import ProgressTable, WorkerRecord
 from controller.savepoints.service import SavepointService
 from controller.savepoints.view import ExportView, RestoreView, SavepointView
@@ -66,6 +71,7 @@ class ControllerService:
         self._lock = threading.Lock()
         self._table = ProgressTable()
         self._savepoints = savepoints
+        self._observations = Observations()     # in memory: durations and recent history
 
     def register(self, registration: Registration) -> RegisterResult:
         """Admit a worker (first start, restart, or after a controller restart).
@@ -97,6 +103,7 @@ class ControllerService:
                     f"{registration.worker_id} needs a different SP_WORKER_INDEX")
             # 3.
             record = self._table.register(registration, self._new_session_id(), self._clock())
+            self._observations.worker(record.worker_id, floor=record.last_checkpoint_id)
             # 4.
             restore = (self._savepoints.restore_plan(record.worker_index, record.session_id)
                        or decide_restore(registration, record))
@@ -112,19 +119,34 @@ class ControllerService:
         """Record progress; an accepted report's acknowledgement carries the
         worker's savepoint commands and pinned checkpoints."""
         with self._lock:
-            status = self._table.report(report, self._clock())
+            before = self._table.workers.get(report.worker_id)
+            now = self._clock()
+            status = self._table.report(report, now)
             if status is not ReportStatus.ACCEPTED:
                 return ReportOutcome(status)
-            commands, pinned = self._savepoints.report(self._table.workers[report.worker_id], report)
+            record = self._table.workers[report.worker_id]
+            self._observe(before, record, report, now)
+            commands, pinned = self._savepoints.report(record, report)
         return ReportOutcome(status, commands, pinned)
+
+    def _observe(self, before: WorkerRecord, record: WorkerRecord, report: ProgressReport, now: float) -> None:
+        """An accepted report's durations and history."""
+        observed = self._observations.worker(record.worker_id, floor=before.last_checkpoint_id)
+        if record.recoveries > before.recoveries:
+            observed.recovered(report.recovery.duration_ms / 1000)
+        observed.checkpoints_seen(report.checkpoints or (), now)
+        observed.progressed(now, worker_rows_per_second(report.queries), worker_lag_bytes(report.queries))
 
     def commit_checkpoint(self, worker_id: str, checkpoint: CheckpointInfo, session_id: str = "") -> CommitOutcome:
         """A worker's checkpoint is durable; acknowledging it completes it
         (and may complete a savepoint). ``session_id``: the registration that
         took it, which a restore waits for."""
         with self._lock:
+            before = self._table.workers.get(worker_id)
             status, completed = self._table.commit(worker_id, checkpoint)
             if status is ReportStatus.ACCEPTED:
+                self._observations.worker(worker_id, floor=before.last_checkpoint_id).checkpoints_seen(
+                    [checkpoint], self._clock())
                 self._savepoints.committed(self._table.workers[worker_id], checkpoint.checkpoint_id, session_id)
         return CommitOutcome(status, completed)
 
@@ -180,6 +202,39 @@ class ControllerService:
             records = list(self._table.workers.values())
             savepoints = self._savepoints.summary()
         return build_status(records, self._config.worker_count, self._clock(), savepoints)
+
+    # -- the operator's views (REST: /pipeline, /history, /metrics, checkpoints) --
+    def pipeline(self) -> PipelineView:
+        with self._lock:
+            return pipeline_view(list(self._table.workers.values()))
+
+    def checkpoints(self, worker_id: str) -> list[DurableCheckpoint]:
+        """The worker's durable checkpoints, oldest first."""
+        with self._lock:
+            record = self._table.workers.get(worker_id)
+            if record is None:
+                raise NotFound(f"no worker {worker_id!r} has registered")
+            return worker_checkpoints(record, self._savepoints.list(), self._clock())
+
+    def history(self, since: float = 0.0) -> HistoryView:
+        """Each worker's samples taken after ``since`` (the controller's clock), within the window."""
+        with self._lock:
+            now = self._clock()
+            workers = {worker_id: observed.history(max(since, now - HISTORY_WINDOW_S))
+                       for worker_id in self._table.workers
+                       if (observed := self._observations.get(worker_id)) is not None}
+        return HistoryView(now, HISTORY_WINDOW_S, workers)
+
+    def readings(self) -> Readings:
+        """What a metrics scrape reads, taken at once."""
+        with self._lock:
+            records = list(self._table.workers.values())
+            status = build_status(records, self._config.worker_count, self._clock(), self._savepoints.summary())
+            durations = {record.worker_id: WorkerDurations(observed.checkpoint_durations.view(),
+                                                           observed.recovery_durations.view())
+                         for record in records
+                         if (observed := self._observations.get(record.worker_id)) is not None}
+            return Readings(status, pipeline_view(records), self._savepoints.list(), durations)
 
 
 __all__ = ["ControllerService", "ServiceConfig", "WorkerState"]

@@ -28,6 +28,8 @@ class RecoveryView:
     target_bytes: int
     replayed_bytes: int
     caught_up_pct: float
+    started_at: float           # the worker's clock; 0: this run restored nothing
+    duration_s: float           # how long it took to catch up; 0 while active
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class SinkView:
     published_checkpoint_id: int
     published_batch_id: int
     pending_batches: int
+    lag_batches: int            # its query's batch minus the published one
+    retries: int                # failed publish attempts in the worker's run
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class WorkerStatus:
     offsets: dict[str, dict[str, int]]
     rows_processed: int
     rows_per_second: float
+    lag_bytes: int              # input behind the source's end: its slowest query's
     last_heartbeat: float
     heartbeat_age_s: float
     pipeline_fingerprint: str
@@ -62,7 +67,10 @@ class WorkerStatus:
     checkpoints_completed: int
     last_checkpoint: CheckpointView | None
     recovery: RecoveryView
+    recoveries: int
     registrations: int
+    durable_checkpoints: int    # on its volume, as last reported
+    finished_nodes: list[str] = field(default_factory=list)
     queries: list[QueryProgress] = field(default_factory=list)
     sinks: list[SinkView] = field(default_factory=list)
 
@@ -74,6 +82,7 @@ class PipelineStatus:
     workers_registered: int
     rows_processed: int
     rows_per_second: float
+    lag_bytes: int
     workers: list[WorkerStatus]
     savepoints: SavepointSummary
 
@@ -110,10 +119,22 @@ def recovery_view(record: WorkerRecord) -> RecoveryView:
     recovery = record.recovery
     pct = 100.0 if recovery.target_bytes == 0 else 100.0 * recovery.replayed_bytes / recovery.target_bytes
     return RecoveryView(recovery.active, record.restored_checkpoint_id, recovery.target_bytes,
-                        recovery.replayed_bytes, round(min(100.0, pct), 1))
+                        recovery.replayed_bytes, round(min(100.0, pct), 1), recovery.started_at,
+                        round(recovery.duration_ms / 1000, 3))
 
 
-def sink_view(sink: SinkProgress, now: float) -> SinkView:
+def worker_rows_per_second(queries: tuple[QueryProgress, ...]) -> float:
+    """Every query reads the worker's whole share of the source: the worker
+    goes as fast as its slowest query."""
+    return min((q.rows_per_second for q in queries), default=0.0)
+
+
+def worker_lag_bytes(queries: tuple[QueryProgress, ...]) -> int:
+    """How far behind the source's end the worker is: its slowest query."""
+    return max((q.lag_bytes for q in queries), default=0)
+
+
+def sink_view(sink: SinkProgress, now: float, query_batch: int = -1) -> SinkView:
     waiting = sink.state is SinkState.WAITING
     return SinkView(
         name=sink.name,
@@ -126,11 +147,14 @@ def sink_view(sink: SinkProgress, now: float) -> SinkView:
         published_checkpoint_id=sink.published_checkpoint_id,
         published_batch_id=sink.published_batch_id,
         pending_batches=sink.pending_batches,
+        lag_batches=max(0, query_batch - sink.published_batch_id),
+        retries=sink.retries,
     )
 
 
 def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
     queries = list(record.queries)
+    batches = {q.name: q.batch_id for q in queries}     # a sink's query is named after it
     return WorkerStatus(
         worker_id=record.worker_id,
         worker_index=record.worker_index,
@@ -141,7 +165,8 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         # Every query reads the worker's whole share of the source: an event
         # is processed once every query has processed it.
         rows_processed=min((q.rows_processed for q in queries), default=0),
-        rows_per_second=min((q.rows_per_second for q in queries), default=0.0),
+        rows_per_second=worker_rows_per_second(record.queries),
+        lag_bytes=worker_lag_bytes(record.queries),
         last_heartbeat=record.last_heartbeat,
         heartbeat_age_s=round(max(0.0, now - record.last_heartbeat), 3),
         pipeline_fingerprint=record.pipeline_fingerprint,
@@ -151,9 +176,12 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         checkpoints_completed=record.checkpoints_completed,
         last_checkpoint=checkpoint_view(record.last_checkpoint, now),
         recovery=recovery_view(record),
+        recoveries=record.recoveries,
         registrations=record.registrations,
+        durable_checkpoints=len(record.checkpoints),
+        finished_nodes=list(record.finished_nodes),
         queries=queries,
-        sinks=[sink_view(sink, now) for sink in record.sinks],
+        sinks=[sink_view(sink, now, batches.get(sink.name, -1)) for sink in record.sinks],
     )
 
 
@@ -166,6 +194,7 @@ def build_status(records: list[WorkerRecord], expected: int, now: float,
         workers_registered=len(records),
         rows_processed=sum(w.rows_processed for w in workers),
         rows_per_second=sum(w.rows_per_second for w in workers),
+        lag_bytes=sum(w.lag_bytes for w in workers),
         workers=workers,
         savepoints=savepoints,
     )

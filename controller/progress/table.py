@@ -8,6 +8,7 @@ from typing import Any
 
 from sparkpoint.messages import (
     CheckpointInfo,
+    PipelineNode,
     ProgressReport,
     QueryCut,
     QueryProgress,
@@ -42,10 +43,20 @@ class WorkerRecord:
     recovery: Recovery = Recovery()
     registrations: int = 1
     sinks: tuple[SinkProgress, ...] = ()
+    nodes: tuple[PipelineNode, ...] = ()            # the pipeline graph it runs
+    finished_nodes: tuple[str, ...] = ()
+    checkpoints: tuple[CheckpointInfo, ...] = ()    # durable on its volume, as last reported
+    recoveries: int = 0                             # recoveries that caught up
+    last_recovery_started_at: float = 0.0           # the worker's clock: which recovery was counted last
 
     @property
     def last_checkpoint_id(self) -> int:
         return self.last_checkpoint.checkpoint_id if self.last_checkpoint else 0
+
+
+def _checkpoint(item: dict[str, Any]) -> CheckpointInfo:
+    return CheckpointInfo(**{k: v for k, v in item.items() if k != "queries"},
+                          queries=tuple(QueryCut(**q) for q in item.get("queries", [])))
 
 
 def _contract(value: object) -> SinkContract:
@@ -55,6 +66,12 @@ def _contract(value: object) -> SinkContract:
         return SinkContract(value)
     except ValueError:
         return SinkContract.TRANSACTIONAL
+
+
+def ended_uncounted(recovery: Recovery, counted_started_at: float) -> bool:
+    """``recovery`` ended and is not the one counted last: its run restored a
+    checkpoint (it has a start time, unique per run) and caught up."""
+    return bool(recovery.started_at) and not recovery.active and recovery.started_at != counted_started_at
 
 
 def newest(*checkpoints: CheckpointInfo | None) -> CheckpointInfo | None:
@@ -85,6 +102,10 @@ class ProgressTable:
             last_checkpoint=newest(previous.last_checkpoint if previous else None, reported),
             checkpoints_completed=previous.checkpoints_completed if previous else 0,
             registrations=previous.registrations + 1 if previous else 1,
+            nodes=registration.nodes,
+            checkpoints=registration.checkpoints,
+            recoveries=previous.recoveries if previous else 0,
+            last_recovery_started_at=previous.last_recovery_started_at if previous else 0.0,
         )
         self.workers[registration.worker_id] = record
         return record
@@ -109,7 +130,12 @@ class ProgressTable:
             recovery=report.recovery,
             sinks=report.sinks,
             last_heartbeat=now,
+            finished_nodes=report.finished_nodes,
+            checkpoints=record.checkpoints if report.checkpoints is None else report.checkpoints,
         )
+        if ended_uncounted(report.recovery, record.last_recovery_started_at):
+            self.workers[report.worker_id] = replace(self.workers[report.worker_id], recoveries=record.recoveries + 1,
+                                                     last_recovery_started_at=report.recovery.started_at)
         return ReportStatus.ACCEPTED
 
     def commit(self, worker_id: str, checkpoint: CheckpointInfo) -> tuple[ReportStatus, int]:
@@ -141,12 +167,15 @@ class ProgressTable:
             checkpoint = item.get("last_checkpoint")
             table.workers[item["worker_id"]] = WorkerRecord(
                 **{k: v for k, v in item.items()
-                   if k not in ("state", "queries", "last_checkpoint", "recovery", "sinks")},
+                   if k not in ("state", "queries", "last_checkpoint", "recovery", "sinks", "nodes", "finished_nodes",
+                                "checkpoints")},
                 state=WorkerState(item["state"]),
                 queries=tuple(QueryProgress(**q) for q in item.get("queries", [])),
-                last_checkpoint=None if checkpoint is None else CheckpointInfo(
-                    **{k: v for k, v in checkpoint.items() if k != "queries"},
-                    queries=tuple(QueryCut(**q) for q in checkpoint.get("queries", []))),
+                last_checkpoint=None if checkpoint is None else _checkpoint(checkpoint),
+                nodes=tuple(PipelineNode(**{**node, "inputs": tuple(node.get("inputs", ()))})
+                            for node in item.get("nodes", [])),
+                finished_nodes=tuple(item.get("finished_nodes", ())),
+                checkpoints=tuple(_checkpoint(c) for c in item.get("checkpoints", [])),
                 recovery=Recovery(**item.get("recovery", {})),
                 sinks=tuple(SinkProgress(**{**sink, "state": SinkState(sink["state"]),
                                             "contract": _contract(sink.get("contract"))})

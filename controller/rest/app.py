@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from controller.core import errors
 from controller.core.service import ControllerService
 from controller.core.status import PipelineStatus, WorkerStatus
+from controller.rest.operator import operator_router
 from controller.savepoints.model import SavepointConflict, SavepointError
 from controller.savepoints.registry import UnknownSavepoint
 from controller.savepoints.view import ExportView, RestoreView, SavepointView
@@ -137,4 +138,7 @@ def create_app(service: ControllerService, problems: Callable[[], list[str]] = l
     def export_savepoint(savepoint_id: str, request: ExportSavepoint) -> ExportView:
         return service.export_savepoint(savepoint_id, request.path)
 
+    # The status page, its data and /metrics: one router, so issue 15's
+    # bearer-token check is one `dependencies=[...]` here.
+    app.include_router(operator_router(service))
     return app

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from sparkpoint.devstack import free_port
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
+from tests.support import get_json
 from worker.runtime.queries import start_queries
 from worker.runtime.session import start_session
 from worker.settings import WorkerSettings
@@ -36,6 +38,7 @@ def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path)
         trades | sp.write.to_files("a", name="a_out"),
         trades | sp.aggregate("sym", {"n": "count(1)"}, name="counts") | sp.write.to_files("b", name="b_out"))
     spark = start_session(settings)
+    assert spark.sparkContext.uiWebUrl is None                  # Spark's UI is off by default
     try:
         before = {name: shared_environment_keys(spark, name) for name in (LOG_FORMAT, STAGING_FORMAT)}
         staging = {name: tmp_path / "staging" / name for name in ("a_out", "b_out")}
@@ -52,3 +55,17 @@ def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path)
     assert after == before
     assert {"SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE",
             "SPARK_PYTHON_RUNTIME"} <= before[LOG_FORMAT]
+
+
+def test_sparks_ui_serves_the_worker_on_the_port_asked_for(tmp_path):
+    port = free_port()
+    settings = WorkerSettings.from_env({"SP_SPARK_MASTER": "local[1]", "SP_WORKER_ID": "worker-ui",
+                                        "SP_SPARK_UI_PORT": str(port)})
+    spark = start_session(settings)
+    try:
+        assert spark.sparkContext.uiWebUrl.endswith(f":{port}")
+        # Bound to every interface: what a container's published port reaches.
+        applications = get_json(f"http://127.0.0.1:{port}/api/v1/applications")
+        assert [app["name"] for app in applications] == ["sparkpoint-worker-ui"]
+    finally:
+        spark.stop()

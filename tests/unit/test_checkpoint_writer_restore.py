@@ -402,17 +402,19 @@ def test_runner_writes_and_commits_a_checkpoint(runner_parts, store):
     # The publisher learned the checkpoint's cut before its completion could arrive.
     assert controller.durable == [1] and controller.durable_at_commit == [True]
     stats = runner.stats()
-    assert (stats.dropped, stats.failed, stats.error) == (0, 0, "")
+    assert (stats.dropped, stats.failed, stats.error, stats.durable) == (0, 0, "", (store.load(1).info(),))
 
 
 def test_runner_keeps_only_the_retained_checkpoints_and_their_blobs(runner_parts, store):
     start, clock, controller, _, query, _ = runner_parts
-    start(retain=2)
+    runner, _ = start(retain=2)
     for checkpoint_id in range(1, 5):
         query.batch(checkpoint_id)
         next_checkpoint(clock, controller, checkpoint_id)
     controller.wait_for(lambda: controller.completed == [1, 2, 3, 4])
     assert store.checkpoint_ids() == [3, 4]
+    # What the worker reports to the controller: what is on its volume now.
+    assert runner.stats().durable == (store.load(3).info(), store.load(4).info())
     assert controller.committed[-1] == store.load(4).info()
     assert controller.committed[-1].queries[0].batch_id == 4
     kept = store.load(3).digests() | store.load(4).digests()

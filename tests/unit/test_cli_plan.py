@@ -3,44 +3,14 @@ disk. The stateful nodes' columns come from a fake instead of Spark."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from sparkpoint_cli import main
-from worker.api.loader import load_pipeline
+from tests.unit.plan_support import SCHEMAS, take_checkpoint, write_pipeline
 from worker.checkpointing.layout import Column, StateSchema
-from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.checkpointing.store import CheckpointStore
-from worker.stateplan.layout import pipeline_layout
-
-SCHEMAS = {"vwap_state": StateSchema((Column("sym", "string"),), (Column("volume", "bigint", "sum(size)"),)),
-           "counts": StateSchema((Column("sym", "string"),), (Column("n", "bigint", "count(1)"),))}
-
-
-def write_pipeline(path: Path, aggregate: str = '"vwap_state"', extra: str = "") -> Path:
-    path.write_text(textwrap.dedent(f"""\
-        from worker import api as sp
-        trades = sp.read.from_log("trades", schema="id long, sym string, size long", name="trades")
-        sp.run(
-            trades | sp.aggregate("sym", {{"volume": "sum(size)"}}, name={aggregate})
-            | sp.write.to_files("vwap", name="vwap_out"),{extra}
-        )
-        """))
-    return path
-
-
-def take_checkpoint(directory: Path, pipeline_file: Path, checkpoint_id: int = 5, finished: tuple[str, ...] = ()):
-    pipeline = load_pipeline(pipeline_file)
-    layout = pipeline_layout(pipeline, SCHEMAS)
-    store = CheckpointStore(directory)
-    store.write_manifest(Manifest(
-        checkpoint_id=checkpoint_id, worker_id="worker-0", created_at=1_700_000_000.0, duration_ms=3.0,
-        bytes_copied=0, node_names=layout.node_names, pipeline_fingerprint=layout.fingerprint,
-        queries=tuple(QueryCut(name, 41, {"0": 100}, {}, query) for name, query in layout.queries.items()),
-        finished_nodes=finished))
-    return store
 
 
 def run(*argv: str, derive=lambda pipeline: SCHEMAS) -> int:
@@ -134,7 +104,7 @@ def test_a_missing_pipeline_file_is_a_one_line_error(checkpoints, tmp_path, caps
 
 def test_bad_usage_exits_1_not_2_which_means_refused(capsys):
     assert run("plan", "--pipeline", "p.py") == 1
-    assert "the following arguments are required: --from" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[-1] == "sparkpoint plan: error: Missing option '--from'."
 
 
 def test_a_bad_sp_force_graph_change_is_named(checkpoints, original, capsys, monkeypatch):

@@ -6,54 +6,15 @@ statuses: 0 done, 1 error, 2 refused."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Callable
 
 import pytest
-import uvicorn
 
-from controller.rest.app import create_app
 from sparkpoint.messages import ExportAnswer, SinkContract, SinkProgress
 from sparkpoint_cli import main
-from sparkpoint_cli.savepoint import Waiting
+from sparkpoint_cli.waiting import Waiting
 from tests.unit.fakes import SAVEPOINT_TIMEOUT_S
 from tests.unit.savepoint_support import Pipeline, take, write_part
-
-
-class CurrentApp:
-    """An ASGI app that forwards to this test's REST app: one server serves
-    every test (stopping uvicorn takes a tick of its loop, 0.1 s or more)."""
-
-    def __init__(self) -> None:
-        self.app = None
-
-    async def __call__(self, scope, receive, send) -> None:
-        await self.app(scope, receive, send)
-
-
-@pytest.fixture(scope="module")
-def server():
-    """The socket listens before the server thread starts, so the first
-    request waits in its backlog: no polling for readiness."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    current = CurrentApp()
-    server = uvicorn.Server(uvicorn.Config(current, lifespan="off", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    yield current, f"http://127.0.0.1:{listener.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    listener.close()
-
-
-@pytest.fixture
-def url(server, service) -> str:
-    """The controller's REST address, serving this test's service."""
-    current, address = server
-    current.app = create_app(service)
-    return address
 
 
 class Steps:
@@ -91,7 +52,7 @@ def test_create_shows_progress_until_complete_then_the_savepoint(url, pipeline, 
     assert err.splitlines() == ["sp-000001: 0 of 2 workers pinned", "sp-000001: 1 of 2 workers pinned",
                                 "sp-000001: complete"]
     lines = out.splitlines()
-    assert lines[:3] == ["Savepoint:     sp-000001", "Label:         before v2", "State:         complete"]
+    assert lines[:3] == ["Savepoint:  sp-000001", "Label:      before v2", "State:      complete"]
     assert lines[-3:] == ["WORKER  CHECKPOINT", "0       5", "1       10"]
 
 
@@ -152,8 +113,8 @@ def test_show_names_each_workers_checkpoint(url, pipeline, capsys):
     pipeline.commit(0, 9)
     assert run(url, "show", savepoint_id) == 0
     assert capsys.readouterr().out == (
-        "Savepoint:     sp-000001\nLabel:         half\nState:         pending\n"
-        "Created:       1970-01-01 00:16:40 UTC\nPipeline:      fp-1\n\n"
+        "Savepoint:  sp-000001\nLabel:      half\nState:      pending\n"
+        "Created:    1970-01-01 00:16:40 UTC\nPipeline:   fp-1\n\n"
         "WORKER  CHECKPOINT\n0       9\n1       -\n")
 
 
@@ -173,7 +134,8 @@ def test_bad_ids_are_refused_before_anything_is_sent(command, bad, capsys):
         main(["savepoint", command, "--controller", "http://127.0.0.1:9", bad])
     assert exited.value.code == 1
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"sparkpoint savepoint {command}: error: argument id: {bad!r} is not a savepoint id: ids look like sp-000042")
+        f"sparkpoint savepoint {command}: error: Invalid value for 'ID': {bad!r} is not a savepoint id: ids look like "
+        "sp-000042")
 
 
 # --- restore ---------------------------------------------------------------------------------------
@@ -225,8 +187,8 @@ def test_export_shows_progress_and_how_to_import_it(url, pipeline, clock, savepo
 
     assert run(url, "import", "exports/one", "--label", "moved") == 0
     out = capsys.readouterr().out
-    assert out.startswith("Imported exports/one as sp-000002.\n\nSavepoint:     sp-000002\nLabel:         moved\n")
-    assert "Imported from: exports/one\n" in out
+    assert out.startswith("Imported exports/one as sp-000002.\n\nSavepoint:      sp-000002\nLabel:          moved\n")
+    assert "Imported from:  exports/one\n" in out
     assert run(url, "list") == 0
     assert capsys.readouterr().out.splitlines()[2].endswith("0:5 1:10             exports/one")
 

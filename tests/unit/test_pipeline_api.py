@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkpoint.messages import PipelineNode
 from worker import api as sp
 from worker.api.loader import load_pipeline
 
@@ -119,6 +120,15 @@ def test_describe_lists_inputs_and_shared_source_once():
     assert described["filter_3"]["params"] == {"condition": "size > 0"}
     assert described["map_1"]["function"].startswith(f"{__name__}.passthrough#")
     assert described["filter_3"]["function"] is None
+
+
+def test_the_graph_names_each_node_its_kind_state_and_inputs():
+    source = sp.read.from_log("trades", schema=SCHEMA, name="src")
+    pipeline = sp.run(source | sp.write.to_files("a", name="a_out"),
+                      source | sp.aggregate("sym", {"n": "count(1)"}, name="counts") | sp.write.to_files("b"))
+    assert pipeline.graph() == (
+        PipelineNode("src", "source.log"), PipelineNode("a_out", "sink.files", inputs=("src",)),
+        PipelineNode("counts", "aggregate", True, ("src",)), PipelineNode("files_3", "sink.files", inputs=("counts",)))
 
 
 def test_describe_shared_prefix_lists_each_input_once():

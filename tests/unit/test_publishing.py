@@ -318,19 +318,23 @@ def test_a_target_that_is_down_makes_the_sink_wait_visibly_and_lose_nothing(tmp_
     status = publisher.statuses()[0]
     assert status.state is SinkState.WAITING and status.error == "ConnectionError: connection refused"
     assert status.waiting_since == 1000.0 and status.next_retry_at > 1000.0
-    assert status.pending_batches == 2
+    assert (status.pending_batches, status.retries) == (2, 1)
     # Not retried before it is due; staging keeps growing meanwhile.
     clock.now = status.next_retry_at - 0.01
     stage(staging, 2, [2])
     publisher.step()
     assert publisher.statuses()[0].waiting_since == 1000.0
-    assert publisher.statuses()[0].pending_batches == 3
+    assert (publisher.statuses()[0].pending_batches, publisher.statuses()[0].retries) == (3, 1)
+    clock.now = publisher.statuses()[0].next_retry_at
+    publisher.step()
+    assert publisher.statuses()[0].retries == 2
     target.down = False
-    clock.now += 0.02
+    clock.now = publisher.statuses()[0].next_retry_at
     publisher.step()
     status = publisher.statuses()[0]
     assert status.state is SinkState.OK and status.error == ""
     assert (target.rows, target.mark, status.pending_batches) == ([0, 1], Mark(2, 1), 1)
+    assert status.retries == 2                    # failed attempts of this run: a counter
 
 
 def test_start_up_waits_for_the_targets_mark_until_stopped(tmp_path):

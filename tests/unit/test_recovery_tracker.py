@@ -58,3 +58,26 @@ def test_starting_without_a_checkpoint_is_not_recovering():
     # worker.main passes the start offsets as the target when nothing was restored
     tracker = RecoveryTracker({}, {})
     assert not tracker.progress([query("a", p0=10)]).active
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_recovery_reports_when_it_started_and_how_long_it_took():
+    clock = Clock(1010.0)
+    tracker = RecoveryTracker(RESTORED, TARGET, started_at=1000.0, clock=clock)
+    assert tracker.progress([query("a", p0=200, p1=50)]) == Recovery(True, 250, 150, 1000.0, 0.0)
+    clock.now = 1012.5
+    assert tracker.progress([query("a", p0=300, p1=50)]) == Recovery(False, 250, 250, 1000.0, 12500.0)
+    clock.now = 1100.0                     # it took what it took: later reports say the same
+    assert tracker.progress([query("a", p0=400, p1=50)]) == Recovery(False, 250, 250, 1000.0, 12500.0)
+
+
+def test_a_restore_with_nothing_to_replay_is_a_recovery_that_ended_at_once():
+    tracker = RecoveryTracker({"0": 300}, {"0": 300}, started_at=1000.0, clock=Clock(1002.0))
+    assert tracker.progress([]) == Recovery(False, 0, 0, 1000.0, 2000.0)

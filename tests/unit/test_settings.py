@@ -21,6 +21,7 @@ from sparkpoint_cli.settings import CliSettings
 from worker import api as sp
 from worker.api.loader import load_pipeline
 from worker.publishing.sinks import check_sinks
+from worker.runtime.ui import spark_ui_conf
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,9 +162,17 @@ def test_worker_index_must_be_below_count():
     ("SP_TRIGGER_INTERVAL", "-1"),
     ("SP_REPORT_INTERVAL", "49"),
     ("SP_MAX_RECORDS_PER_BATCH", "-5"),
+    ("SP_SPARK_UI_PORT", "0"),
+    ("SP_SPARK_UI_PORT", "ui"),
 ])
 def test_worker_bad_values_name_the_variable(variable, value):
     settings_error(lambda: WorkerSettings.from_env({variable: value}), variable)
+
+
+def test_sparks_ui_is_off_unless_a_port_is_given():
+    assert spark_ui_conf(WorkerSettings.from_env({}).spark_ui_port) == {"spark.ui.enabled": "false"}
+    assert spark_ui_conf(WorkerSettings.from_env({"SP_SPARK_UI_PORT": "4040"}).spark_ui_port) == {
+        "spark.ui.enabled": "true", "spark.ui.port": "4040"}
 
 
 def test_worker_max_records_zero_means_no_cap():

@@ -10,6 +10,7 @@ from sparkpoint.messages import (
     CommitOutcome,
     Export,
     ExportAnswer,
+    PipelineNode,
     ProgressReport,
     QueryCut,
     QueryProgress,
@@ -39,7 +40,9 @@ def reparsed(message, to_pb, from_pb):
 
 
 def test_registration_and_its_result_round_trip():
-    registration = Registration("worker-1", 1, 2, "fp", ("trades", "out"), (CHECKPOINT,))
+    registration = Registration("worker-1", 1, 2, "fp", ("trades", "agg", "out"), (CHECKPOINT,), (
+        PipelineNode("trades", "source.log"), PipelineNode("agg", "aggregate", True, ("trades",)),
+        PipelineNode("out", "sink.files", inputs=("agg",))))
     assert reparsed(registration, wire.registration_to_pb, wire.registration_from_pb) == registration
     for restore in (RestoreDecision(), RestoreDecision(4, "sp-000002", "exports/a/worker-1", True)):
         result = RegisterResult("s1", 1, 2, restore, last_checkpoint_id=9)
@@ -49,17 +52,31 @@ def test_registration_and_its_result_round_trip():
 def test_a_full_report_round_trips():
     report = ProgressReport(
         worker_id="worker-0", session_id="s1", seq=4, state=WorkerState.RECOVERING,
-        queries=(QueryProgress("out", 5, {"0": 480}, 20, 12.5, True, ""), QueryProgress("agg", 2, active=False,
-                                                                                        error="boom")),
+        queries=(QueryProgress("out", 5, {"0": 480}, 20, 12.5, True, "", {"0": 700}),
+                 QueryProgress("agg", 2, active=False, error="boom")),
         dropped_checkpoints=2, failed_checkpoints=1, checkpoint_error="checkpoint 3: OSError: disk full",
-        restored_checkpoint_id=3, recovery=Recovery(True, 1000, 400),
+        restored_checkpoint_id=3, recovery=Recovery(True, 1000, 400, 1700000000.25, 0.0),
         sinks=(SinkProgress("events_pg", "PostgreSQL table events", SinkContract.TRANSACTIONAL, SinkState.WAITING,
-                            "OperationalError: refused", 10.0, 12.0, 3, 5, 1),
+                            "OperationalError: refused", 10.0, 12.0, 3, 5, 1, 4),
                SinkProgress("vwap_pg", "PostgreSQL table vwap", SinkContract.UPSERT, published_batch_id=7)),
         savepoint_answers=(SavepointAnswer("sp-000001", 3),),
         exports=(ExportAnswer("sp-000001", "exports/a/worker-0", "disk full"),),
+        finished_nodes=("trades",),
+        checkpoints=(CHECKPOINT,),
     )
     assert reparsed(report, wire.report_to_pb, wire.report_from_pb) == report
+
+
+def test_checkpoints_not_known_yet_differ_from_none_held():
+    for checkpoints in (None, ()):
+        report = ProgressReport(checkpoints=checkpoints)
+        assert reparsed(report, wire.report_to_pb, wire.report_from_pb).checkpoints == checkpoints
+
+
+def test_lag_is_what_the_source_holds_past_the_offsets():
+    query = QueryProgress("out", 5, {"0": 480, "1": 100}, latest_offsets={"0": 700, "1": 100, "2": 50})
+    assert query.lag_bytes == 220 + 0 + 50
+    assert QueryProgress("out", 5, {"0": 480}).lag_bytes == 0     # a source that reports no end
 
 
 def test_every_state_and_contract_has_a_wire_value():

@@ -68,6 +68,17 @@ def test_rows_accumulate_per_new_batch():
     assert status.active and status.error == ""
 
 
+def test_the_sources_end_is_kept_beside_the_offsets():
+    tracker = ProgressTracker()
+    event = progress(0, 10, end_offset={"0": 100, "1": 40})
+    event["sources"][0]["latestOffset"] = '{"0": 180, "1": 40}'
+    tracker.on_progress(event)
+    [status] = tracker.snapshot()
+    assert (status.offsets, status.latest_offsets, status.lag_bytes) == ({"0": 100, "1": 40}, {"0": 180, "1": 40}, 80)
+    tracker.on_progress(progress(1, 0, end_offset={"0": 150, "1": 40}))      # an event without it
+    assert tracker.snapshot()[0].latest_offsets == {"0": 180, "1": 40}
+
+
 def test_a_restored_query_stands_at_its_batch_until_the_next_one():
     tracker = ProgressTracker()
     tracker.restored("out", 4, {"0": 400})

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpoint.messages import PipelineNode
+
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -171,14 +173,26 @@ class Pipeline:
                 return node
         raise KeyError(name)
 
-    def describe(self) -> list[dict[str, Any]]:
-        """A JSON-able description of every node and its inputs."""
+    def _inputs(self) -> dict[str, list[str]]:
+        """Each node's upstream nodes, by name."""
         inputs: dict[str, list[str]] = {}
         for branch in self.branches:
             for upstream, node in zip(branch.nodes, branch.nodes[1:]):
                 names = inputs.setdefault(node.name, [])
                 if upstream.name not in names:
                     names.append(upstream.name)
+        return inputs
+
+    def graph(self) -> tuple[PipelineNode, ...]:
+        """Every node with its kind, whether it keeps state, and its inputs:
+        what the controller's status page draws."""
+        inputs = self._inputs()
+        return tuple(PipelineNode(node.name, node.kind, node.is_stateful, tuple(inputs.get(node.name, ())))
+                     for node in self.nodes())
+
+    def describe(self) -> list[dict[str, Any]]:
+        """A JSON-able description of every node and its inputs."""
+        inputs = self._inputs()
         return [
             {
                 "name": node.name,

@@ -39,6 +39,7 @@ class CheckpointStats:
     dropped: int        # due while the previous one was still being written
     failed: int
     error: str          # the last failure's, one line; empty if none
+    durable: tuple[CheckpointInfo, ...] = ()    # on the volume after retention, oldest first
 
 
 class CheckpointCommitter:
@@ -112,6 +113,7 @@ class CheckpointRunner:
         self._pinned: frozenset[int] = frozenset()
         self._stop = threading.Event()
         self.last: Manifest | None = None
+        self._durable = tuple(manifest.info() for manifest in store.readable()[0])
         self.failed = 0
         self.error = ""
         self._threads = [threading.Thread(target=self._tick_loop, name="sparkpoint-ckpt-ticker", daemon=True),
@@ -124,7 +126,7 @@ class CheckpointRunner:
 
     def stats(self) -> CheckpointStats:
         with self._lock:
-            return CheckpointStats(self._scheduler.dropped, self.failed, self.error)
+            return CheckpointStats(self._scheduler.dropped, self.failed, self.error, self._durable)
 
     def request(self, on_taken: Callable[[int], None]) -> None:
         """Take a checkpoint as soon as none is in flight, outside the schedule.
@@ -165,11 +167,12 @@ class CheckpointRunner:
                 checkpoint_id, self._due = self._due, None
                 requests, self._due_requests = self._due_requests, []
             empty = False
+            kept: list[Manifest] = []
             try:
                 manifest = self._writer.take(checkpoint_id)
                 empty = manifest is None
                 if manifest is not None:
-                    self._retire_old()
+                    kept = self._retire_old()
             except Exception as error:
                 log.exception("checkpoint %d failed", checkpoint_id)
                 with self._lock:
@@ -183,6 +186,7 @@ class CheckpointRunner:
             if manifest is not None:
                 with self._lock:
                     self.last = manifest
+                    self._durable = tuple(m.info() for m in kept)
                 log.info("checkpoint %d durable: %d bytes (%d copied) in %.0f ms", manifest.checkpoint_id,
                          manifest.size_bytes, manifest.bytes_copied, manifest.duration_ms)
                 # Before the commit: its completion may only arrive once the cut is known.
@@ -204,9 +208,9 @@ class CheckpointRunner:
         for on_taken in requests:
             on_taken(covering)
 
-    def _retire_old(self) -> None:
+    def _retire_old(self) -> list[Manifest]:
         """Retention (sparing pinned checkpoints), then garbage collection of
-        what no kept checkpoint references."""
+        what no kept checkpoint references; returns the kept ones, oldest first."""
         with self._lock:
             pinned = self._pinned
         doomed = retention_plan(self._store.checkpoint_ids(), self._retain, pinned)
@@ -215,6 +219,7 @@ class CheckpointRunner:
         kept, _ = self._store.readable()
         referenced = set().union(*(m.digests() for m in kept)) if kept else set()
         self._store.collect_garbage(referenced)
+        return kept
 
     def stop(self) -> None:
         self._stop.set()

@@ -14,6 +14,7 @@ from sparkpoint.backoff import Backoff
 from sparkpoint.messages import (
     CheckpointInfo,
     CommitOutcome,
+    PipelineNode,
     ProgressReport,
     RegisterResult,
     Registration,
@@ -43,6 +44,7 @@ class WorkerIdentity:
     worker_count: int
     pipeline_fingerprint: str
     node_names: tuple[str, ...]
+    nodes: tuple[PipelineNode, ...] = ()     # the graph, for the controller's status page
 
 
 class ControllerClient:
@@ -63,7 +65,7 @@ class ControllerClient:
         identity = self._identity
         registration = Registration(identity.worker_id, identity.worker_index, identity.worker_count,
                                     identity.pipeline_fingerprint, identity.node_names,
-                                    tuple(self._checkpoints()))
+                                    tuple(self._checkpoints()), identity.nodes)
         try:
             response = self._stub.Register(wire.registration_to_pb(registration), timeout=self._timeout_s)
         except grpc.RpcError as error:

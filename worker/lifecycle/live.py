@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkpoint.messages import ProgressReport, QueryProgress, Recovery, WorkerState
+from worker.api.graph import Pipeline
 from worker.checkpointing.manifest import Manifest
 from worker.checkpointing.runner import CheckpointRunner
 from worker.control.commands import CommandBook
@@ -37,6 +38,7 @@ class LiveRun:
     """What the reporter sees of this run, filled in as it starts."""
 
     expected_queries: int
+    pipeline: Pipeline | None = None
     tracker: ProgressTracker = field(default_factory=ProgressTracker)
     queries: list[StreamingQuery] = field(default_factory=list)
     finished: set[str] = field(default_factory=set)     # branches whose bounded input ended
@@ -66,4 +68,6 @@ class LiveRun:
             sinks=tuple(publisher.statuses()),
             savepoint_answers=answers.savepoints,
             exports=answers.exports,
+            finished_nodes=self.pipeline.finished_nodes(self.finished) if self.pipeline else (),
+            checkpoints=stats.durable if stats else None,
         )

@@ -103,8 +103,10 @@ def recover_staging(publisher: Publisher, resumed: Manifest | None) -> None:
         publisher.restored(resumed)
 
 
-def recovery_tracker(pipeline: Pipeline, settings: WorkerSettings, restored: Manifest | None) -> RecoveryTracker:
-    """Replay from the restored offsets to the end of the log as it is now."""
+def recovery_tracker(pipeline: Pipeline, settings: WorkerSettings, restored: Manifest | None,
+                     started_at: float = 0.0) -> RecoveryTracker:
+    """Replay from the restored offsets to the end of the log as it is now;
+    ``started_at``: when the restore began (a recovery's duration counts from it)."""
     target: dict[str, int] = {}
     for directory in source_logs(pipeline, settings):
         log_ = EventLog(directory)
@@ -114,7 +116,9 @@ def recovery_tracker(pipeline: Pipeline, settings: WorkerSettings, restored: Man
     if restored is not None:
         for partition in target:
             start[partition] = min((q.offsets.get(partition, 0) for q in restored.queries), default=0)
-    return RecoveryTracker(start, target if restored is not None else start)
+    if restored is None:
+        return RecoveryTracker(start, start)
+    return RecoveryTracker(start, target, started_at=started_at)
 
 
 def staying_finished(pipeline: Pipeline, resumed: Manifest | None) -> set[str]:

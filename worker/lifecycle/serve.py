@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -163,7 +164,7 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
     run_dir = fresh_run_dir(settings)
     query_root = run_dir / "queries"
     publisher = Publisher(publications(pipeline, settings, run_dir.name))
-    live = LiveRun(expected_queries=len(pipeline.branches))
+    live = LiveRun(expected_queries=len(pipeline.branches), pipeline=pipeline)
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),
                         settings.report_interval_ms / 1000, on_reply=commands.on_reply)
@@ -173,11 +174,12 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
         # 4.
         if not publisher.resume_all(stop):
             return RunEnd.STOPPED
+        restore_started = time.time()
         outcome = restore_checkpoint(session.store, settings, session.layout, publisher, registered.restore,
                                      registered.last_checkpoint_id, query_root)
         live.restored = outcome.manifest
         resumed = outcome.resumed
-        live.recovery = recovery_tracker(pipeline, settings, resumed)
+        live.recovery = recovery_tracker(pipeline, settings, resumed, restore_started)
         # 5.
         recover_staging(publisher, resumed)
         publisher.start()

@@ -42,6 +42,7 @@ class Health:
         self.error = ""
         self.since = 0.0
         self.retry_at = 0.0
+        self.failures = 0       # failed attempts in this run, each retried
 
     @property
     def waiting(self) -> bool:
@@ -55,6 +56,7 @@ class Health:
         if not self.waiting:
             self.since = now
         self.error = error
+        self.failures += 1
         delay = self._backoff.next_delay()
         self.retry_at = now + delay
         return delay
@@ -236,6 +238,7 @@ class Publisher:
                 error=p.health.error, waiting_since=p.health.since, next_retry_at=p.health.retry_at,
                 published_checkpoint_id=p.book.mark.checkpoint_id if p.book.mark else 0,
                 published_batch_id=p.book.published_batch, pending_batches=p.pending,
+                retries=p.health.failures,
             ) for p in self.publications]
 
     # -- the thread ------------------------------------------------------------------------

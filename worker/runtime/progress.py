@@ -30,11 +30,13 @@ def summarize_error(text: str, limit: int = 500) -> str:
     return summary[:limit]
 
 
-def merge_offsets(sources: list[dict]) -> dict[str, int]:
-    """End offsets of a progress event's sources, as partition -> byte offset."""
+def merge_offsets(sources: list[dict], key: str = "endOffset") -> dict[str, int]:
+    """Offsets of a progress event's sources, as partition -> byte offset:
+    where each batch ended (``endOffset``), or the source's end when it was
+    planned (``latestOffset``, from the source's ``reportLatestOffset``)."""
     offsets: dict[str, int] = {}
     for source in sources:
-        end = source.get("endOffset")
+        end = source.get(key)
         if isinstance(end, str):
             try:
                 end = json.loads(end)
@@ -67,6 +69,7 @@ class ProgressTracker:
                 current,
                 batch_id=batch_id,
                 offsets=merge_offsets(progress.get("sources", [])) or current.offsets,
+                latest_offsets=merge_offsets(progress.get("sources", []), "latestOffset") or current.latest_offsets,
                 rows_processed=current.rows_processed + (rows if batch_id != current.batch_id else 0),
                 rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
             )

@@ -8,6 +8,7 @@ import tempfile
 
 from pyspark.sql import SparkSession
 
+from worker.runtime.ui import spark_ui_conf
 from worker.settings import WorkerSettings
 from worker.sinks.console import ConsoleDataSource
 from worker.sinks.staging import StagingDataSource
@@ -21,7 +22,7 @@ def start_session(settings: WorkerSettings) -> SparkSession:
     spark = (
         SparkSession.builder.master(settings.spark_master)
         .appName(f"sparkpoint-{settings.worker_id}")
-        .config("spark.ui.enabled", "false")
+        .config(map=spark_ui_conf(settings.spark_ui_port))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.pyspark.python", sys.executable)

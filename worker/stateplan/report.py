@@ -1,10 +1,16 @@
-"""A restore plan as text: a node table, a query table, and the verdict.
-Printed by ``sparkpoint plan``; a worker logs the same at restore."""
+"""A restore plan for people: a node table, a query table, and the verdict.
+``sparkpoint plan`` prints it (coloured on a terminal); a worker logs the
+same as text at restore (``render_plan``)."""
 
 from __future__ import annotations
 
-from sparkpoint.tables import render_table
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from sparkpoint.tables import table, to_text
 from worker.stateplan.plan import Action, NodeDecision, RestorePlan
+
+ACTION_STYLES = {Action.KEEP: "green", Action.FRESH: "cyan", Action.DROP: "yellow", Action.REFUSE: "bold red"}
 
 
 def _state_cell(decision: NodeDecision) -> str:
@@ -13,16 +19,22 @@ def _state_cell(decision: NodeDecision) -> str:
     return str(decision.old or decision.new or "")
 
 
-def render_plan(plan: RestorePlan) -> str:
-    lines = render_table(("NODE", "ACTION", "STATE", "DETAIL"),
-                   [(d.node, d.action.value, _state_cell(d), d.reason) for d in plan.nodes])
+def plan_view(plan: RestorePlan) -> RenderableType:
+    parts: list[RenderableType] = [table(
+        ("NODE", "ACTION", "STATE", "DETAIL"),
+        [(d.node, Text(d.action.value, style=ACTION_STYLES[d.action]), _state_cell(d), d.reason)
+         for d in plan.nodes])]
     if plan.queries:
-        lines += [""] + render_table(("QUERY", "RESTORE"), [(q.name, q.reason) for q in plan.queries])
-    lines += [""] + [f"warning: {warning}" for warning in plan.warnings]
+        parts += ["", table(("QUERY", "RESTORE"), [(q.name, q.reason) for q in plan.queries])]
+    parts += [""] + [Text(f"warning: {warning}", style="yellow") for warning in plan.warnings]
     if plan.refused:
-        lines += ["Restore refused:"] + [f"  - {refusal}" for refusal in plan.refusals()]
+        parts += [Text("Restore refused:", style="bold red")] + [f"  - {refusal}" for refusal in plan.refusals()]
     else:
         counts = plan.counts()
-        lines.append(f"Restore would go ahead: {counts[Action.KEEP]} kept, {counts[Action.FRESH]} fresh, "
-                     f"{counts[Action.DROP]} dropped.")
-    return "\n".join(lines)
+        parts.append(Text(f"Restore would go ahead: {counts[Action.KEEP]} kept, {counts[Action.FRESH]} fresh, "
+                          f"{counts[Action.DROP]} dropped.", style="green"))
+    return Group(*parts)
+
+
+def render_plan(plan: RestorePlan) -> str:
+    return to_text(plan_view(plan))

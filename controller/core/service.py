@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from controller.core import validation
 from controller.core.errors import Conflict, InvalidRequest
 from controller.core.status import PipelineStatus, build_status
 from controller.progress.table import ProgressTable, WorkerRecord
@@ -71,16 +72,18 @@ class ControllerService:
         """Admit a worker (first start, restart, or after a controller restart).
 
         Steps:
-        1. Validate its identity against the configured worker count.
-        2. Refuse a second worker id claiming an index another worker holds.
-        3. Record it under a new session id: reports of older sessions become stale.
+        1. Validate the request (``validation``) and its identity against the
+           configured worker count.
+        2. Refuse a second worker id claiming an index another worker holds,
+           and checkpoints too far past the newest known of this worker.
+        3. Record it under a new session id: reports and commits of older
+           sessions become stale.
         4. Decide what it restores: its part of a savepoint the user chose to
            restore, else its newest durable checkpoint (the worker verifies it
            and falls back to an older intact one).
         """
         # 1.
-        if not registration.worker_id:
-            raise InvalidRequest("worker_id is required")
+        validation.registration(registration)
         if registration.worker_count != self._config.worker_count:
             raise Conflict(
                 f"{registration.worker_id} was started with SP_WORKER_COUNT={registration.worker_count}, "
@@ -95,6 +98,10 @@ class ControllerService:
                 raise Conflict(
                     f"worker index {registration.worker_index} is already held by {holder.worker_id}; "
                     f"{registration.worker_id} needs a different SP_WORKER_INDEX")
+            known = self._table.workers.get(registration.worker_id)
+            if known is not None and registration.checkpoints:
+                validation.believable(max(c.checkpoint_id for c in registration.checkpoints),
+                                      known.last_checkpoint_id, "checkpoints")
             # 3.
             record = self._table.register(registration, self._new_session_id(), self._clock())
             # 4.
@@ -110,7 +117,9 @@ class ControllerService:
 
     def report_progress(self, report: ProgressReport) -> ReportOutcome:
         """Record progress; an accepted report's acknowledgement carries the
-        worker's savepoint commands and pinned checkpoints."""
+        worker's savepoint commands and pinned checkpoints. Raises
+        ``InvalidRequest``; an older session is ``STALE``."""
+        report = validation.report(report)
         with self._lock:
             status = self._table.report(report, self._clock())
             if status is not ReportStatus.ACCEPTED:
@@ -118,12 +127,19 @@ class ControllerService:
             commands, pinned = self._savepoints.report(self._table.workers[report.worker_id], report)
         return ReportOutcome(status, commands, pinned)
 
-    def commit_checkpoint(self, worker_id: str, checkpoint: CheckpointInfo, session_id: str = "") -> CommitOutcome:
+    def commit_checkpoint(self, worker_id: str, checkpoint: CheckpointInfo, session_id: str) -> CommitOutcome:
         """A worker's checkpoint is durable; acknowledging it completes it
-        (and may complete a savepoint). ``session_id``: the registration that
-        took it, which a restore waits for."""
+        (and may complete a savepoint). ``session_id``: the worker's current
+        registration (an older one's commit is ``STALE``), which a restore
+        waits for. Raises ``InvalidRequest`` for an id not believed: beyond
+        ``CHECKPOINT_ID_MAX``, or too far past the newest known."""
+        validation.commit(worker_id, session_id, checkpoint)
         with self._lock:
-            status, completed = self._table.commit(worker_id, checkpoint)
+            record = self._table.workers.get(worker_id)
+            if record is not None and record.session_id == session_id:
+                validation.believable(checkpoint.checkpoint_id, record.last_checkpoint_id,
+                                      "checkpoint.checkpoint_id")
+            status, completed = self._table.commit(worker_id, session_id, checkpoint)
             if status is ReportStatus.ACCEPTED:
                 self._savepoints.committed(self._table.workers[worker_id], checkpoint.checkpoint_id, session_id)
         return CommitOutcome(status, completed)

@@ -112,12 +112,15 @@ class ProgressTable:
         )
         return ReportStatus.ACCEPTED
 
-    def commit(self, worker_id: str, checkpoint: CheckpointInfo) -> tuple[ReportStatus, int]:
-        """Record a durable checkpoint. Any session may commit: a checkpoint is
-        durable whoever wrote it, and ids only grow."""
+    def commit(self, worker_id: str, session_id: str, checkpoint: CheckpointInfo) -> tuple[ReportStatus, int]:
+        """Record a durable checkpoint of the worker's current session (an
+        older session's is ``STALE``: whoever registered since speaks for the
+        worker); ids only grow."""
         record = self.workers.get(worker_id)
         if record is None:
             return ReportStatus.UNKNOWN_WORKER, 0
+        if session_id != record.session_id:
+            return ReportStatus.STALE, record.last_checkpoint_id
         if checkpoint.checkpoint_id <= record.last_checkpoint_id:
             return ReportStatus.DUPLICATE, record.last_checkpoint_id
         self.workers[worker_id] = replace(record, last_checkpoint=checkpoint,

@@ -7,7 +7,7 @@ import logging
 import threading
 from functools import partial
 
-from sparkpoint.messages import Export, ReportOutcome, Restart
+from sparkpoint.messages import Export, RegisterResult, ReportOutcome, Restart
 from sparkpoint.paths import UnsafePath, resolve_under_root
 from worker.checkpointing.manifest import ManifestError
 from worker.checkpointing.runner import CheckpointRunner
@@ -46,6 +46,15 @@ class CommandExecutor:
                 self.restart.set()
         if self.runner is not None:
             self.runner.pin(self.book.pinned())
+
+    def on_registered(self, result: RegisterResult) -> None:
+        """A registration in the middle of the run (the reporter's): one that
+        hands over a savepoint to restore must be carried out, so restart
+        (the next registration gets the plan again)."""
+        if result.restore.savepoint_id and not self.restart.is_set():
+            log.info("the controller holds savepoint %s for this worker: restarting to restore it",
+                     result.restore.savepoint_id)
+            self.restart.set()
 
     def _take_checkpoint(self, savepoint_id: str) -> None:
         if self.runner is None:

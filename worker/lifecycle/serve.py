@@ -166,7 +166,8 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
     live = LiveRun(expected_queries=len(pipeline.branches))
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),
-                        settings.report_interval_ms / 1000, on_reply=commands.on_reply)
+                        settings.report_interval_ms / 1000, on_reply=commands.on_reply,
+                        on_registered=commands.on_registered)
     reporter.start()
     listener = None
     try:

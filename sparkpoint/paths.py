@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
+from sparkpoint.errors import shown
+
+# Linux's limit of a file name's bytes; a whole path's characters, which
+# keeps it within Linux's 4096 bytes.
+NAME_MAX = 255
+PATH_CHARS = 1024
+
 
 class UnsafePath(ValueError):
     """A given path is not allowed under its root; the message says why."""
@@ -37,19 +44,25 @@ def resolve_under_root(root: Path, user_path: str, root_name: str = "savepoint r
     """
     if not isinstance(user_path, str) or not user_path.strip():
         raise InvalidPath(f"a path is required, relative to the {root_name}")
+    quoted = shown(user_path)
     bad = next((char for char in user_path if not char.isprintable()), None)
     if bad is not None:
-        raise InvalidPath(f"{user_path!r}: the character {bad!r} (U+{ord(bad):04X}) is not allowed in a path")
+        raise InvalidPath(f"{quoted}: the character {bad!r} (U+{ord(bad):04X}) is not allowed in a path")
+    if len(user_path) > PATH_CHARS:
+        raise InvalidPath(f"{quoted}: longer than {PATH_CHARS} characters")
     relative = PurePosixPath(user_path)
+    long_name = next((part for part in relative.parts if len(part.encode()) > NAME_MAX), None)
+    if long_name is not None:
+        raise InvalidPath(f"{quoted}: the name {shown(long_name)} is longer than {NAME_MAX} bytes, the file-name "
+                          "limit")
     if relative.is_absolute() or user_path.startswith("~"):
-        raise AbsolutePath(f"{user_path!r}: an absolute path is not allowed; give a path relative to the "
-                           f"{root_name}")
+        raise AbsolutePath(f"{quoted}: an absolute path is not allowed; give a path relative to the {root_name}")
     if ".." in relative.parts:
-        raise ParentReference(f"{user_path!r}: '..' is not allowed in a path under the {root_name}")
+        raise ParentReference(f"{quoted}: '..' is not allowed in a path under the {root_name}")
     base = Path(root).resolve()
     resolved = (base / relative).resolve()
     if resolved == base:
-        raise InvalidPath(f"{user_path!r} is the {root_name} itself; give a directory inside it")
+        raise InvalidPath(f"{quoted} is the {root_name} itself; give a directory inside it")
     if not resolved.is_relative_to(base):
-        raise OutsideRoot(f"{user_path!r} leads outside the {root_name} through a symbolic link")
+        raise OutsideRoot(f"{quoted} leads outside the {root_name} through a symbolic link")
     return resolved

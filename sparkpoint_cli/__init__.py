@@ -4,6 +4,7 @@
               start fresh, drop or refuse (reads files; no controller needed)
   savepoint   create, list, show, restore, dispose, export and import
               savepoints through the controller's REST API
+  worker      release a dead worker's index (REST)
 
 Exit status: 0 done (or the restore would go ahead), 2 refused (a plan that
 would be refused, or a request the controller refused), 1 the command could
@@ -22,6 +23,7 @@ from sparkpoint.env import SettingsError
 from sparkpoint_cli.errors import FAILED, REFUSED, CommandError, Refused
 from sparkpoint_cli.plan import Derive, add_plan_command, spark_schemas
 from sparkpoint_cli.savepoint import Waiting, add_savepoint_command
+from sparkpoint_cli.worker import add_worker_command
 
 PROGRAM = "sparkpoint"
 
@@ -39,6 +41,7 @@ def parser(environ: dict[str, str], derive: Derive, waiting: Waiting) -> argpars
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     add_plan_command(commands, environ, derive)
     add_savepoint_command(commands, environ, waiting)
+    add_worker_command(commands, environ)
     return top
 
 

@@ -5,12 +5,14 @@ are installed). Every failure becomes one line: ``Refused`` for a 409,
 
 from __future__ import annotations
 
+import argparse
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
+from sparkpoint.env import Env
 from sparkpoint_cli.errors import CommandError, Refused
 
 DEFAULT_URL = "http://localhost:8080"
@@ -27,6 +29,21 @@ def checked_url(url: str, source: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise CommandError(f"{source}: expected the controller's address like {DEFAULT_URL}, got {url!r}")
     return url.rstrip("/")
+
+
+def controller_option() -> argparse.ArgumentParser:
+    """A parent parser: ``--controller URL``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--controller", metavar="URL",
+                        help=f"the controller's REST address (default: SP_CONTROLLER_URL, else {DEFAULT_URL})")
+    return common
+
+
+def controller_of(args: argparse.Namespace, environ: dict[str, str]) -> ControllerApi:
+    """The API at ``--controller``, else ``SP_CONTROLLER_URL``, else the default."""
+    if args.controller is not None:
+        return ControllerApi(checked_url(args.controller, "--controller"))
+    return ControllerApi(checked_url(Env(environ).string("SP_CONTROLLER_URL", DEFAULT_URL), "SP_CONTROLLER_URL"))
 
 
 class ControllerApi:

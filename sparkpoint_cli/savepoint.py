@@ -28,9 +28,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from controller.savepoints.model import InvalidSavepointId, savepoint_number
-from sparkpoint.env import Env
 from sparkpoint.tables import render_table as table
-from sparkpoint_cli.controller_api import DEFAULT_URL, ControllerApi, checked_url
+from sparkpoint_cli.controller_api import ControllerApi, controller_of, controller_option
 from sparkpoint_cli.errors import DONE, CommandError
 
 View = TypeVar("View")
@@ -208,14 +207,10 @@ def add_savepoint_command(commands: argparse._SubParsersAction, environ: dict[st
     group = commands.add_parser("savepoint", help="create, list, show, restore, dispose, export and import savepoints",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = group.add_subparsers(dest="action", required=True, parser_class=type(group))
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--controller", metavar="URL",
-                        help=f"the controller's REST address (default: SP_CONTROLLER_URL, else {DEFAULT_URL})")
+    common = controller_option()
 
     def controller(args: argparse.Namespace) -> ControllerApi:
-        if args.controller is not None:
-            return ControllerApi(checked_url(args.controller, "--controller"))
-        return ControllerApi(checked_url(Env(environ).string("SP_CONTROLLER_URL", DEFAULT_URL), "SP_CONTROLLER_URL"))
+        return controller_of(args, environ)
 
     def waits(parser: argparse.ArgumentParser, what: str) -> None:
         parser.add_argument("--no-wait", action="store_true", help=f"return once the controller has {what}")

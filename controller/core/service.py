@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.core import validation
-from controller.core.errors import Conflict, InvalidRequest
-from controller.core.status import PipelineStatus, build_status
+from controller.core.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from controller.core.status import PipelineStatus, WorkerStatus, build_status, worker_status
 from controller.progress.table import ProgressTable, WorkerRecord
 from controller.savepoints.service import SavepointService
 from controller.savepoints.view import ExportView, RestoreView, SavepointView
@@ -51,6 +51,12 @@ def decide_restore(registration: Registration, record: WorkerRecord) -> RestoreD
     return RestoreDecision(checkpoint_id=held)
 
 
+# A worker that reported this recently is alive: releasing its index would
+# only make it register again (or, with another worker id on the index,
+# refuse it).
+RELEASE_SILENCE_S = 30.0
+
+
 @dataclass(frozen=True)
 class ServiceConfig:
     worker_count: int
@@ -58,8 +64,13 @@ class ServiceConfig:
 
 class ControllerService:
     def __init__(self, config: ServiceConfig, *, clock: Callable[[], float], savepoints: SavepointService,
-                 new_session_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+                 new_session_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+                 save_table: Callable[[dict[str, Any]], None] = lambda snapshot: None) -> None:
+        """``save_table``: writes the progress table's snapshot (the
+        controller's checkpoint) durably, raising OSError if it cannot; an
+        operator's change to the table is written with it before it is made."""
         self._config = config
+        self._save_table = save_table
         self._clock = clock
         self._new_session_id = new_session_id
         # One lock for the table and the savepoints: a savepoint reads the
@@ -144,6 +155,38 @@ class ControllerService:
                 self._savepoints.committed(self._table.workers[worker_id], checkpoint.checkpoint_id, session_id)
         return CommitOutcome(status, completed)
 
+    def release_worker(self, worker_id: str) -> WorkerRecord:
+        """Forget a worker that is gone for good, so another worker id may
+        take its index (it starts from its own checkpoints, and its sinks'
+        marks are its own). Raises ``NotFound``; ``Conflict`` if it reported
+        within ``RELEASE_SILENCE_S``; ``Unavailable`` if the controller's
+        checkpoint cannot be written (nothing is released then).
+
+        Steps:
+        1. Find it; refuse while it is alive.
+        2. Write the table without it; only then forget it.
+        """
+        validation.name(worker_id, "worker id")
+        with self._lock:
+            # 1.
+            record = self._table.workers.get(worker_id)
+            if record is None:
+                raise NotFound(f"no worker {worker_id!r} has registered")
+            silent_s = self._clock() - record.last_heartbeat
+            if silent_s < RELEASE_SILENCE_S:
+                raise Conflict(f"{worker_id} reported {silent_s:.0f} s ago: it is alive. Stop it first; a worker is "
+                               f"released once it has been silent for {RELEASE_SILENCE_S:.0f} s")
+            # 2.
+            remaining = self._table.without(worker_id)
+            try:
+                self._save_table(remaining.to_snapshot())
+            except OSError as error:
+                raise Unavailable(f"cannot write the controller's checkpoint: {error.strerror or error}; "
+                                  f"{worker_id} is not released") from None
+            self._table = remaining
+        log.info("released %s: worker index %d is free", worker_id, record.worker_index)
+        return record
+
     # -- savepoints (REST) ------------------------------------------------------
     def trigger_savepoint(self, label: str) -> SavepointView:
         with self._lock:
@@ -187,9 +230,23 @@ class ControllerService:
         with self._lock:
             self._table = table
 
+    def problems(self) -> list[str]:
+        """What keeps the controller from writing its savepoint records (for ``/health``)."""
+        with self._lock:
+            return self._savepoints.problems()
+
     def worker(self, worker_id: str) -> WorkerRecord | None:
         with self._lock:
             return self._table.workers.get(worker_id)
+
+    def worker_status(self, worker_id: str) -> WorkerStatus:
+        """Raises ``InvalidRequest`` for what cannot be a worker id, ``NotFound``."""
+        validation.name(worker_id, "worker id")
+        with self._lock:
+            record = self._table.workers.get(worker_id)
+        if record is None:
+            raise NotFound(f"no worker {worker_id!r} has registered")
+        return worker_status(record, self._clock())
 
     def status(self) -> PipelineStatus:
         with self._lock:

@@ -127,6 +127,10 @@ class ProgressTable:
                                           checkpoints_completed=record.checkpoints_completed + 1)
         return ReportStatus.ACCEPTED, checkpoint.checkpoint_id
 
+    def without(self, worker_id: str) -> ProgressTable:
+        """A copy without this worker (released: its index is free)."""
+        return ProgressTable({w: record for w, record in self.workers.items() if w != worker_id})
+
     def by_index(self, index: int) -> WorkerRecord | None:
         for record in self.workers.values():
             if record.worker_index == index:

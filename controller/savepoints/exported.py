@@ -23,6 +23,7 @@ from controller.savepoints.model import (
     from_json,
     to_json,
 )
+from sparkpoint.errors import shown
 from sparkpoint.fileio import atomic_write
 from sparkpoint.paths import resolve_under_root
 from sparkpoint.storelayout import manifest_name
@@ -32,6 +33,10 @@ RECORD_FILE = "savepoint.json"
 
 class ExportTargetNotEmpty(SavepointConflict):
     pass
+
+
+class NoSuchExport(SavepointRecordError):
+    """There is no exported savepoint at the path (REST 404)."""
 
 
 class ExportedSavepoints:
@@ -46,7 +51,7 @@ class ExportedSavepoints:
         returns its path relative to the root, through any links resolved."""
         target = resolve_under_root(self.root, user_path)
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise ExportTargetNotEmpty(f"{user_path!r} already exists and is not an empty directory: export to "
+            raise ExportTargetNotEmpty(f"{shown(user_path)} already exists and is not an empty directory: export to "
                                        "a new path (an export is never written over another)")
         target.mkdir(parents=True, exist_ok=True)
         return self._relative(target)
@@ -64,7 +69,7 @@ class ExportedSavepoints:
         try:
             text = resolve_under_root(self.root, name).read_text()
         except FileNotFoundError:
-            raise SavepointRecordError(f"{name}: no such file: {path} is not an exported savepoint, or its "
+            raise NoSuchExport(f"{name}: no such file: {path} is not an exported savepoint, or its "
                                        "export did not finish") from None
         except (OSError, UnicodeDecodeError) as error:
             raise SavepointRecordError(f"{name}: cannot be read ({error})") from None
@@ -76,6 +81,6 @@ class ExportedSavepoints:
             # The store layout's own naming, relative to the root.
             manifest = f"{worker_dir(path, index)}/{manifest_name(checkpoint)}"
             if not resolve_under_root(self.root, manifest).is_file():
-                raise SavepointRecordError(f"{manifest}: no such file: worker {index}'s checkpoint {checkpoint} "
+                raise NoSuchExport(f"{manifest}: no such file: worker {index}'s checkpoint {checkpoint} "
                                            "is missing from the export")
         return path, savepoint

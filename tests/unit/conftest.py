@@ -1,8 +1,12 @@
+import socket
+import threading
 from pathlib import Path
 
 import pytest
+import uvicorn
 
 from controller.core.service import ControllerService
+from controller.rest.app import create_app
 from tests.unit.fakes import FakeClock, new_service
 from tests.unit.savepoint_support import Pipeline, running_pipeline
 
@@ -27,3 +31,39 @@ def pipeline(service) -> Pipeline:
 def savepoint_root(tmp_path) -> Path:
     """The savepoint root (SP_SAVEPOINT_DIR) of ``service``."""
     return tmp_path / "savepoints"
+
+
+class CurrentApp:
+    """An ASGI app that forwards to this test's REST app: one server serves
+    every test (stopping uvicorn takes a tick of its loop, 0.1 s or more)."""
+
+    def __init__(self) -> None:
+        self.app = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The socket listens before the server thread starts, so the first
+    request waits in its backlog: no polling for readiness."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    current = CurrentApp()
+    server = uvicorn.Server(uvicorn.Config(current, lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    yield current, f"http://127.0.0.1:{listener.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    listener.close()
+
+
+@pytest.fixture
+def url(server, service) -> str:
+    """The controller's REST address, serving this test's service."""
+    current, address = server
+    current.app = create_app(service)
+    return address

@@ -1,59 +1,20 @@
 """``sparkpoint savepoint ...`` against the real REST app, served by uvicorn
-in a thread over real HTTP. The CLI's waits run on the fake clock: each of
+in a thread over real HTTP (``url``, tests/unit/conftest.py). The CLI's waits run on the fake clock: each of
 its sleeps lets the test's workers take one step. Output tables and exit
 statuses: 0 done, 1 error, 2 refused."""
 
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Callable
 
 import pytest
-import uvicorn
 
-from controller.rest.app import create_app
 from sparkpoint.messages import ExportAnswer, SinkContract, SinkProgress
 from sparkpoint_cli import main
 from sparkpoint_cli.savepoint import Waiting
 from tests.unit.fakes import SAVEPOINT_TIMEOUT_S
 from tests.unit.savepoint_support import Pipeline, take, write_part
-
-
-class CurrentApp:
-    """An ASGI app that forwards to this test's REST app: one server serves
-    every test (stopping uvicorn takes a tick of its loop, 0.1 s or more)."""
-
-    def __init__(self) -> None:
-        self.app = None
-
-    async def __call__(self, scope, receive, send) -> None:
-        await self.app(scope, receive, send)
-
-
-@pytest.fixture(scope="module")
-def server():
-    """The socket listens before the server thread starts, so the first
-    request waits in its backlog: no polling for readiness."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    current = CurrentApp()
-    server = uvicorn.Server(uvicorn.Config(current, lifespan="off", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    yield current, f"http://127.0.0.1:{listener.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    listener.close()
-
-
-@pytest.fixture
-def url(server, service) -> str:
-    """The controller's REST address, serving this test's service."""
-    current, address = server
-    current.app = create_app(service)
-    return address
 
 
 class Steps:

@@ -19,6 +19,7 @@ from fastapi import Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from starlette.convertors import StringConvertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -40,7 +41,7 @@ from controller.savepoints.registry import UnknownSavepoint
 from controller.savepoints.view import ExportView, RestoreView, SavepointView
 from sparkpoint import limits
 from sparkpoint.errors import clip
-from sparkpoint.paths import NAME_MAX, PATH_CHARS, UnsafePath
+from sparkpoint.paths import PATH_CHARS, PATH_PATTERN, PATH_RULE, UnsafePath
 
 log = logging.getLogger("sparkpoint.controller.rest")
 
@@ -77,21 +78,32 @@ def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 CHANGES = (400, 413, 415, 503)      # what any request that changes something may be answered
 
+
+
+class SavepointIdSegment(StringConvertor):
+    """A path segment that may name a savepoint: anything but the
+    collection's actions (``/savepoints/import``), so a method an action
+    does not take is 405 there, not a savepoint id refused."""
+
+    regex = "(?!import$)[^/]+"
+
+
+register_url_convertor("savepoint_id", SavepointIdSegment())
+
 WorkerId = Annotated[str, Path(description=f"A worker id: {limits.NAME_RULE}",
                                json_schema_extra={"pattern": f"^{limits.NAME.pattern}$"})]
 SavepointId = Annotated[str, Path(description="sp- and 6 to 12 digits, e.g. sp-000042",
                                   json_schema_extra={"pattern": ID_PATTERN})]
 
-# The label rule of controller.savepoints.model as a pattern (Python's \w is
-# a letter, a digit or '_' of any script, as str.isalnum() and '_').
-_LABEL_CHAR = "[\\w" + "".join(f"\\{c}" for c in LABEL_PUNCTUATION.strip()) + "]"
-_LABEL_PATTERN = f"^(?:{_LABEL_CHAR}(?:[ {_LABEL_CHAR[1:-1]}]*{_LABEL_CHAR})?)?$"
-_PATH_RULE = (f"relative to the savepoint root (SP_SAVEPOINT_DIR): no absolute path, no '..', no link leading "
-              f"out of the root, printable characters, names of at most {NAME_MAX} bytes, at most {PATH_CHARS} characters")
+# The label rule of controller.savepoints.model as a pattern: Python's \\w is
+# exactly str.isalnum() or '_', and the punctuation needs no escape in a class.
+_LABEL_CHAR = "[\\w_.,:()/+@#-]"
+LABEL_PATTERN = f"^(?:{_LABEL_CHAR}(?:[ {_LABEL_CHAR[1:-1]}]*{_LABEL_CHAR})?)?$"
+_PATH_RULE = f"relative to the savepoint root (SP_SAVEPOINT_DIR): {PATH_RULE}; no link leading out of the root"
 
 
 class CreateSavepoint(BaseModel):
-    label: str = Field(json_schema_extra={"pattern": _LABEL_PATTERN, "maxLength": LABEL_MAX},
+    label: str = Field(json_schema_extra={"pattern": LABEL_PATTERN, "maxLength": LABEL_MAX},
                        description=f"Letters, digits, spaces and {' '.join(LABEL_PUNCTUATION.strip())}; no leading or "
                                    f"trailing space; at most {LABEL_MAX} characters")
 
@@ -102,14 +114,19 @@ class RestoreSavepoint(BaseModel):
 
 
 class ExportSavepoint(BaseModel):
-    path: str = Field(json_schema_extra={"maxLength": PATH_CHARS}, description=f"A new or empty directory, {_PATH_RULE}")
+    path: str = Field(json_schema_extra={"maxLength": PATH_CHARS, "pattern": PATH_PATTERN},
+                      description=f"A new or empty directory, {_PATH_RULE}")
 
 
 class ImportSavepoint(BaseModel):
-    path: str = Field(json_schema_extra={"maxLength": PATH_CHARS},
+    path: str = Field(json_schema_extra={"maxLength": PATH_CHARS, "pattern": PATH_PATTERN},
                       description=f"An exported savepoint's directory, {_PATH_RULE}")
-    label: str | None = Field(None, json_schema_extra={"pattern": _LABEL_PATTERN, "maxLength": LABEL_MAX},
+    label: str | None = Field(None, json_schema_extra={"pattern": LABEL_PATTERN, "maxLength": LABEL_MAX},
                               description="Replaces the exported savepoint's label (the same rules as a new one's)")
+
+
+class ReleaseWorker(BaseModel):
+    """No fields: a JSON body is what a cross-site form cannot send."""
 
 
 class Released(BaseModel):
@@ -170,10 +187,10 @@ def create_app(service: ControllerService, problems: Callable[[], list[str]] = l
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         if error.status_code == 405:
-            # Allow: every method the path takes (Starlette names only the
-            # first route's, and a path may have one route per method).
-            allowed = sorted({method for route in app.router.routes
-                              if route.matches(request.scope)[0] is not Match.NONE
+            # Allow: every method of the path that answered (Starlette names
+            # only its first route's, and a path has one route per method).
+            path = next(route.path for route in app.router.routes if route.matches(request.scope)[0] is not Match.NONE)
+            allowed = sorted({method for route in app.router.routes if getattr(route, "path", None) == path
                               for method in getattr(route, "methods", None) or ()} - {"HEAD"})
             return _error(405, f"{request.method} is not allowed here; use {', '.join(allowed)}",
                           {"Allow": ", ".join(allowed)})
@@ -207,7 +224,7 @@ def create_app(service: ControllerService, problems: Callable[[], list[str]] = l
     @app.post("/workers/{worker_id}/release", response_model=Released, responses=answers(*CHANGES, 404, 409),
               summary=f"Forget a worker that is gone for good (silent for {RELEASE_SILENCE_S:.0f} s): another "
                       "worker id may take its index")
-    def release_worker(worker_id: WorkerId) -> Released:
+    def release_worker(worker_id: WorkerId, request: ReleaseWorker) -> Released:
         record: WorkerRecord = service.release_worker(worker_id)
         return Released(worker_id=record.worker_id, worker_index=record.worker_index,
                         last_checkpoint_id=record.last_checkpoint_id)
@@ -227,21 +244,21 @@ def create_app(service: ControllerService, problems: Callable[[], list[str]] = l
     def import_savepoint(request: ImportSavepoint) -> SavepointView:
         return service.import_savepoint(request.path, request.label)
 
-    @app.get("/savepoints/{savepoint_id}", response_model=SavepointView, responses=answers(400, 404, 503))
+    @app.get("/savepoints/{savepoint_id:savepoint_id}", response_model=SavepointView, responses=answers(400, 404, 503))
     def get_savepoint(savepoint_id: SavepointId) -> SavepointView:
         return service.savepoint(savepoint_id)
 
-    @app.delete("/savepoints/{savepoint_id}", response_model=SavepointView, responses=answers(*CHANGES, 404),
+    @app.delete("/savepoints/{savepoint_id:savepoint_id}", response_model=SavepointView, responses=answers(*CHANGES, 404),
                 summary="Dispose a savepoint: retention may delete the checkpoints it pinned")
     def dispose_savepoint(savepoint_id: SavepointId) -> SavepointView:
         return service.dispose_savepoint(savepoint_id)
 
-    @app.post("/savepoints/{savepoint_id}/restore", status_code=202, response_model=RestoreView,
+    @app.post("/savepoints/{savepoint_id:savepoint_id}/restore", status_code=202, response_model=RestoreView,
               responses=answers(*CHANGES, 404, 409), summary="Restart every worker from its part of the savepoint")
-    def restore_savepoint(savepoint_id: SavepointId, request: RestoreSavepoint | None = None) -> RestoreView:
-        return service.restore_savepoint(savepoint_id, (request or RestoreSavepoint()).allow_republish)
+    def restore_savepoint(savepoint_id: SavepointId, request: RestoreSavepoint) -> RestoreView:
+        return service.restore_savepoint(savepoint_id, request.allow_republish)
 
-    @app.post("/savepoints/{savepoint_id}/export", status_code=202, response_model=ExportView,
+    @app.post("/savepoints/{savepoint_id:savepoint_id}/export", status_code=202, response_model=ExportView,
               responses=answers(*CHANGES, 404, 409),
               summary="Copy a savepoint into a self-contained directory; poll GET /savepoints/{id} until complete")
     def export_savepoint(savepoint_id: SavepointId, request: ExportSavepoint) -> ExportView:

@@ -58,7 +58,8 @@ class ExportedSavepoints:
 
     def commit(self, path: str, savepoint: Savepoint) -> None:
         """Write the record of a savepoint whose every part is written under ``path``."""
-        atomic_write(resolve_under_root(self.root, f"{path}/{RECORD_FILE}"), to_json(savepoint).encode())
+        atomic_write(resolve_under_root(self.root, f"{path}/{RECORD_FILE}", max_depth=None),
+                     to_json(savepoint).encode())
 
     def read(self, user_path: str) -> tuple[str, Savepoint]:
         """The export at ``user_path``: its path relative to the root and its
@@ -67,7 +68,7 @@ class ExportedSavepoints:
         path = self._relative(resolve_under_root(self.root, user_path))
         name = f"{path}/{RECORD_FILE}"
         try:
-            text = resolve_under_root(self.root, name).read_text()
+            text = resolve_under_root(self.root, name, max_depth=None).read_text()
         except FileNotFoundError:
             raise NoSuchExport(f"{name}: no such file: {path} is not an exported savepoint, or its "
                                        "export did not finish") from None
@@ -80,7 +81,7 @@ class ExportedSavepoints:
         for index, checkpoint in sorted(savepoint.checkpoints.items()):
             # The store layout's own naming, relative to the root.
             manifest = f"{worker_dir(path, index)}/{manifest_name(checkpoint)}"
-            if not resolve_under_root(self.root, manifest).is_file():
+            if not resolve_under_root(self.root, manifest, max_depth=None).is_file():
                 raise NoSuchExport(f"{manifest}: no such file: worker {index}'s checkpoint {checkpoint} "
                                            "is missing from the export")
         return path, savepoint

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from controller.rest.app import ERROR_MAX, MAX_BODY_BYTES, create_app
+from controller.rest.app import ERROR_MAX, LABEL_PATTERN, MAX_BODY_BYTES, create_app
 from controller.savepoints import store as savepoint_store
+from controller.savepoints.model import InvalidLabel, validate_label
 from controller.savepoints.store import SavepointStore
 from sparkpoint.messages import Registration, ReportStatus, Restart
+from sparkpoint.paths import PATH_CHARS, PATH_PATTERN, UnsafePath, resolve_under_root
 from sparkpoint_cli import main
 from tests.unit.fakes import new_service
 from tests.unit.savepoint_support import Pipeline, take
@@ -72,11 +77,11 @@ def test_a_delete_with_a_form_body_is_415(rest, pipeline):
 
 
 @pytest.mark.parametrize(("method", "path", "allow"), [
-    ("post", "/status", "GET"), ("put", "/savepoints", "GET, POST"), ("patch", "/savepoints/sp-000001",
-                                                                       "GET, DELETE"),
+    ("post", "/status", "GET"), ("put", "/savepoints", "GET, POST"),
+    ("patch", "/savepoints/sp-000001", "GET, DELETE"), ("get", "/savepoints/import", "POST"),
 ])
 def test_405_carries_allow(rest, method, path, allow):
-    response = getattr(rest, method)(path, json={})
+    response = rest.request(method.upper(), path, json={})
     error(response, 405)
     assert set(response.headers["allow"].split(", ")) == set(allow.split(", "))
 
@@ -84,9 +89,11 @@ def test_405_carries_allow(rest, method, path, allow):
 # --- paths and echoes -----------------------------------------------------------------------
 
 @pytest.mark.parametrize(("path", "message"), [
-    ("n" * 256, "is longer than 255 bytes, the file-name limit"),
-    ("exports/" + "é" * 128, "is longer than 255 bytes, the file-name limit"),
-    ("a/" * 600, "longer than 1024 characters"),
+    ("n" * 64, "names are 1 to 63 characters"),
+    ("n" * 256, "names are 1 to 63 characters"),
+    ("exports/" + "é" * 128, "the character 'é' (U+00E9) is not allowed in a path"),
+    ("a/" * 16 + "a", "17 names deep, at most 16 are allowed"),
+    ("a/" * 600, "601 names deep"),
 ])
 def test_export_paths_over_the_name_limit_are_400(rest, pipeline, savepoint_root, path, message):
     savepoint_id = take(pipeline)
@@ -261,3 +268,28 @@ def test_a_dispose_that_cannot_delete_the_record_is_503_and_keeps_it(rest, pipel
     assert error(rest.delete(f"/savepoints/{savepoint_id}"), 503).endswith("Read-only file system")
     assert rest.get(f"/savepoints/{savepoint_id}").json()["state"] == "complete"
     assert pipeline.report(0).status is ReportStatus.ACCEPTED
+
+
+# --- the documented rules are the enforced ones ------------------------------------------------
+
+@given(st.text(max_size=12) | st.from_regex(LABEL_PATTERN, fullmatch=True))
+@settings(max_examples=300, deadline=None)
+def test_the_label_pattern_says_what_validate_label_accepts(label):
+    try:
+        validate_label(label)
+        accepted = True
+    except InvalidLabel:
+        accepted = False
+    assert accepted == (re.fullmatch(LABEL_PATTERN, label) is not None and len(label) <= 100)
+
+
+@given(st.text(alphabet=st.sampled_from("ab./ ~-é\n"), max_size=10) | st.from_regex(PATH_PATTERN, fullmatch=True))
+@settings(max_examples=300, deadline=None)
+def test_the_path_pattern_says_what_resolve_under_root_accepts(tmp_path_factory, path):
+    root = tmp_path_factory.getbasetemp() / "empty-root"
+    try:
+        resolve_under_root(root, path)
+        accepted = True
+    except UnsafePath:
+        accepted = False
+    assert accepted == (re.fullmatch(PATH_PATTERN, path) is not None and len(path) <= PATH_CHARS)

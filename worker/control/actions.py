@@ -69,7 +69,7 @@ class CommandExecutor:
     def export(self, export: Export) -> None:
         """Write this worker's checkpoint of a savepoint under SP_SAVEPOINT_DIR."""
         try:
-            directory = resolve_under_root(self._settings.savepoint_dir, export.dir)
+            directory = resolve_under_root(self._settings.savepoint_dir, export.dir, max_depth=None)
             export_checkpoint(self._store, export.checkpoint_id, directory)
         except (UnsafePath, ManifestError, CorruptCheckpoint, OSError) as error:
             log.error("savepoint %s: export of checkpoint %d to %s failed: %s", export.savepoint_id,

@@ -156,6 +156,8 @@ def report(request: ProgressReport) -> ProgressReport:
     _integer(request.restored_checkpoint_id, "restored_checkpoint_id", 0, limits.CHECKPOINT_ID_MAX)
     _integer(request.recovery.target_bytes, "recovery.target_bytes")
     _integer(request.recovery.replayed_bytes, "recovery.replayed_bytes")
+    _integer(request.checkpoint_volume.used_bytes, "checkpoint_volume.used_bytes")
+    _integer(request.checkpoint_volume.free_bytes, "checkpoint_volume.free_bytes")
     return replace(
         request,
         queries=tuple(_query(q, f"queries[{i}]") for i, q in enumerate(request.queries)),

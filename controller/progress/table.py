@@ -17,6 +17,7 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    VolumeUse,
     WorkerState,
 )
 
@@ -36,6 +37,7 @@ class WorkerRecord:
     dropped_checkpoints: int = 0
     failed_checkpoints: int = 0
     checkpoint_error: str = ""
+    checkpoint_volume: VolumeUse = VolumeUse()
     last_checkpoint: CheckpointInfo | None = None
     checkpoints_completed: int = 0
     restored_checkpoint_id: int = 0
@@ -105,6 +107,7 @@ class ProgressTable:
             dropped_checkpoints=report.dropped_checkpoints,
             failed_checkpoints=report.failed_checkpoints,
             checkpoint_error=report.checkpoint_error,
+            checkpoint_volume=report.checkpoint_volume,
             restored_checkpoint_id=report.restored_checkpoint_id,
             recovery=report.recovery,
             sinks=report.sinks,
@@ -148,13 +151,14 @@ class ProgressTable:
             checkpoint = item.get("last_checkpoint")
             table.workers[item["worker_id"]] = WorkerRecord(
                 **{k: v for k, v in item.items()
-                   if k not in ("state", "queries", "last_checkpoint", "recovery", "sinks")},
+                   if k not in ("state", "queries", "last_checkpoint", "recovery", "sinks", "checkpoint_volume")},
                 state=WorkerState(item["state"]),
                 queries=tuple(QueryProgress(**q) for q in item.get("queries", [])),
                 last_checkpoint=None if checkpoint is None else CheckpointInfo(
                     **{k: v for k, v in checkpoint.items() if k != "queries"},
                     queries=tuple(QueryCut(**q) for q in checkpoint.get("queries", []))),
                 recovery=Recovery(**item.get("recovery", {})),
+                checkpoint_volume=VolumeUse(**item.get("checkpoint_volume", {})),
                 sinks=tuple(SinkProgress(**{**sink, "state": SinkState(sink["state"]),
                                             "contract": _contract(sink.get("contract"))})
                             for sink in item.get("sinks", [])),

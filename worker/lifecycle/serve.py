@@ -102,9 +102,10 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
                       last_checkpoint_id: int, query_root) -> CheckpointWriter:
     """Step 7's checkpoint threads: each durable checkpoint goes to the
     publisher (its cuts), then to the controller; each completion back to the
-    publisher. Returns the writer (finished nodes are set on it)."""
+    publisher (the restored checkpoint counts as complete). Returns the
+    writer (finished nodes are set on it)."""
     settings, layout = session.settings, session.layout
-    notifier = CompletionNotifier()
+    notifier = CompletionNotifier(live.restored.checkpoint_id if live.restored else 0)
     notifier.subscribe(publisher.completed)
     writer = CheckpointWriter(session.store, query_root, settings.worker_id, layout.node_names, layout.fingerprint,
                               faults=FaultInjector(settings.test_fault, settings.checkpoint_dir),
@@ -114,7 +115,8 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
                                     last_id=max(session.store.highest_id_ever(), last_checkpoint_id))
     live.runner = CheckpointRunner(
         writer, session.store, scheduler, CheckpointCommitter(session.client.commit_checkpoint, notifier),
-        retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=publisher.durable)
+        retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=publisher.durable,
+        newest_complete=lambda: notifier.last_completed)
     commands.attach(live.runner)
     live.runner.start()
     return writer

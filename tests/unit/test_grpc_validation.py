@@ -7,6 +7,8 @@ session stale; a stale worker registers again."""
 from __future__ import annotations
 
 import json
+import threading
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -266,3 +268,27 @@ def test_a_registration_checks_its_checkpoints_and_node_names():
         validation.registration(Registration("w0", 0, 2, "fp", ("a/b",)))
     with pytest.raises(InvalidRequest, match=r"^checkpoints\[0\]\.queries\[0\]\.name:"):
         validation.registration(Registration("w0", 0, 2, "fp", (), (CheckpointInfo(1, (QueryCut("", 0),)),)))
+
+
+def test_a_worker_whose_registration_is_refused_mid_run_stops(address, service, clock):
+    """Released (silent too long) and its index taken by another worker id:
+    when it comes back, registering again is refused and the run must stop,
+    not go on processing an index it no longer owns."""
+    from worker.lifecycle.serve import RunEnd, supervise
+
+    client = ControllerClient(address, WorkerIdentity("w0", 0, 2, "fp", ()), timeout_s=5)
+    try:
+        client.register_once()
+        clock.now += 60
+        service.release_worker("w0")
+        service.register(Registration("replacement", 0, 2, "fp"))
+        reporter = Reporter(client, lambda: ProgressReport(), 0.001)
+        reporter.start()
+        assert reporter.refused.wait(10)
+        reporter.stop(final_report=False)
+    finally:
+        client.close()
+    live = SimpleNamespace(queries=[], finished=set())
+    never = threading.Event()
+    assert supervise(live, SimpleNamespace(branches=[]), never, never, reporter.refused, lambda: None) \
+        is RunEnd.FAILED

@@ -40,6 +40,9 @@ class Reporter:
         self._thread = threading.Thread(target=self._run, name="sparkpoint-reporter", daemon=True)
         self._backoff = Backoff(initial_s=interval_s, maximum_s=max(5.0, interval_s))
         self.controller_reachable = True
+        # Set when registering again was refused (another worker id holds
+        # our index now: this worker was released): the run must stop.
+        self.refused = threading.Event()
 
     def start(self) -> None:
         self._thread.start()
@@ -70,10 +73,14 @@ class Reporter:
                 self.controller_reachable = True
                 self._backoff.reset()
                 delay = self._interval_s
-            except (grpc.RpcError, RegistrationRefused) as error:
+            except RegistrationRefused as error:
+                log.error("the controller refused to register this worker again: %s", error)
+                self.refused.set()
+                return
+            except grpc.RpcError as error:
                 if self.controller_reachable:
                     log.warning("cannot report to the controller (%s); still processing, retrying",
-                                error.code().name if isinstance(error, grpc.RpcError) else error)
+                                error.code().name)
                 self.controller_reachable = False
                 delay = self._backoff.next_delay()
 

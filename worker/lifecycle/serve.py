@@ -13,7 +13,8 @@ Steps (``serve``):
    source from the restored offsets.
 7. Checkpoint, publish, report progress and carry out the controller's
    commands in the background; supervise the queries until one fails, the
-   controller asks for a restart (a savepoint restore), or SIGTERM arrives.
+   controller asks for a restart (a savepoint restore) or refuses this
+   worker (released, its index taken), or SIGTERM arrives.
 
 Steps 1 and 2 (settings, the fence, the Spark session) are ``worker.main``'s.
 """
@@ -123,12 +124,17 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
 
 
 def supervise(live: LiveRun, pipeline: Pipeline, restart: threading.Event, stop: threading.Event,
-              on_finished: Callable[[], None]) -> RunEnd:
-    """Watch the queries until one fails, a restart is asked for, or ``stop``.
-    A bounded branch whose query ends without error is finished: its nodes
-    are recorded (``on_finished``), and the others go on."""
+              refused: threading.Event, on_finished: Callable[[], None]) -> RunEnd:
+    """Watch the queries until one fails, a restart is asked for, the
+    controller refuses this worker (``refused``: it was released, and
+    another worker id holds its index), or ``stop``. A bounded branch whose
+    query ends without error is finished: its nodes are recorded
+    (``on_finished``), and the others go on."""
     bounded = {b.sink.name for b in pipeline.branches if b.bounded}
     while not stop.is_set() and not restart.is_set():
+        if refused.is_set():
+            log.error("stopping: the controller no longer accepts this worker")
+            return RunEnd.FAILED
         for query in live.queries:
             if query.isActive or query.name in live.finished:
                 continue
@@ -206,7 +212,7 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
                 writer.finished_nodes = pipeline.finished_nodes(live.finished)
                 live.runner.request(lambda checkpoint_id: None)
 
-        end = supervise(live, pipeline, commands.restart, stop, finished)
+        end = supervise(live, pipeline, commands.restart, stop, reporter.refused, finished)
         if live.runner is not None:
             live.runner.stop()
         for query in live.queries:

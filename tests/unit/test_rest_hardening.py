@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.rest.app import ERROR_MAX, LABEL_PATTERN, MAX_BODY_BYTES, create_app
+from controller.rest.app import create_app
+from controller.rest.models import ERROR_MAX, LABEL_PATTERN, MAX_BODY_BYTES
 from controller.savepoints import store as savepoint_store
 from controller.savepoints.model import InvalidLabel, validate_label
 from controller.savepoints.store import SavepointStore

@@ -122,24 +122,30 @@ def test_controller_killed_workers_keep_going_and_it_recovers_their_checkpoints(
     assert shown["heartbeat_age_s"] < 10
 
 
-def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced(make_stack):
+def three_unpublished_checkpoints(make_stack, seed: int):
+    """A worker that processed and published its first events, then took
+    three more durable checkpoints while the controller was down: none of
+    them completed, so none is published, and a restore may fall back past
+    any of them (never past a published one). Returns the stack, the log,
+    the store, every event written and the published checkpoint."""
     stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST)
     log = EventLog.create(stack.config.log_dir / "trades", PARTITIONS)
-    events = write_trades(log, 1500, seed=11)
+    events = write_trades(log, 1500, seed=seed)
     stack.start_controller()
     stack.start_worker(0)
     store = CheckpointStore(stack.config.checkpoint_dir(0))
     wait_until(lambda: caught_up(stack, log, QUERIES) and all_published(get_json(stack.config.status_url)),
                timeout_s=240, what="the first events processed and published")
-
-    # A restore never goes back past a published checkpoint: for the corrupt
-    # ones to be skippable, the newest three must not be complete yet. With
-    # the controller down nothing completes, while checkpoints go on.
     stack.kill("controller")
     published = store.checkpoint_ids()[-1]
-    events += write_trades(log, 1500, seed=12)
+    events += write_trades(log, 1500, seed=seed + 1)
     wait_until(lambda: len([i for i in store.checkpoint_ids() if i > published]) >= 3, timeout_s=240,
                what="three durable checkpoints while the controller is down")
+    return stack, log, store, events, published
+
+
+def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced(make_stack):
+    stack, log, store, events, published = three_unpublished_checkpoints(make_stack, seed=11)
 
     # A second worker on the same checkpoint directory is refused while the first lives.
     second = subprocess.run(
@@ -210,22 +216,8 @@ def tear(store: CheckpointStore, checkpoint_id: int, lose: str) -> str:
 
 
 def test_torn_cuts_are_refused_named_and_fallen_back_from_never_replayed_into_a_published_sink(make_stack):
-    stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST)
-    log = EventLog.create(stack.config.log_dir / "trades", PARTITIONS)
-    events = write_trades(log, 1500, seed=21)
-    stack.start_controller()
-    stack.start_worker(0)
-    store = CheckpointStore(stack.config.checkpoint_dir(0))
-    wait_until(lambda: caught_up(stack, log, QUERIES) and all_published(get_json(stack.config.status_url)),
-               timeout_s=240, what="the first events processed and published")
-
-    # 1. Durable checkpoints nothing has published yet: with the controller
-    #    down none completes, while checkpoints go on.
-    stack.kill("controller")
-    published = store.checkpoint_ids()[-1]
-    events += write_trades(log, 1500, seed=22)
-    wait_until(lambda: len([i for i in store.checkpoint_ids() if i > published]) >= 3, timeout_s=240,
-               what="three durable checkpoints while the controller is down")
+    # 1. Durable checkpoints nothing has published yet.
+    stack, log, store, events, published = three_unpublished_checkpoints(make_stack, seed=21)
     assert stack.stop("worker-0") == 0
 
     # 2. Tear the newest two: one loses Spark's metadata, the other its newest offsets.

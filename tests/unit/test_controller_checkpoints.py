@@ -8,7 +8,6 @@ import pytest
 
 from controller.checkpointing.store import ControllerCheckpointError, ControllerCheckpointStore
 from controller.core.service import InvalidSnapshot
-from controller.grpc.servicer import start_grpc_server
 from sparkpoint.messages import (
     CheckpointInfo,
     ProgressReport,
@@ -192,13 +191,6 @@ def manifest(checkpoint_id: int) -> Manifest:
     return Manifest(checkpoint_id=checkpoint_id, worker_id="w0", created_at=990.25, duration_ms=18.5,
                     bytes_copied=300, node_names=("src", "counts"),
                     queries=(ManifestCut("counts", 3, {"0": 120, "1": 64}, files),))
-
-
-@pytest.fixture
-def address(service):
-    server, port = start_grpc_server(service, "127.0.0.1", 0)
-    yield f"127.0.0.1:{port}"
-    server.stop(grace=None).wait()
 
 
 @pytest.fixture

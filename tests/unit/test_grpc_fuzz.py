@@ -130,33 +130,21 @@ def still_whole(service, rest) -> None:
     json.dumps(service.snapshot(), allow_nan=False)
 
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-
-
-@FUZZ
-@given(request=messages(pb.RegisterRequest.DESCRIPTOR))
-def test_register_never_fails_inside(controller, request):
-    service, stub, rest = controller
-    answered(stub.Register, request)
-    still_whole(service, rest)
-
-
-@FUZZ
-@given(request=from_a_registered_worker(pb.ProgressReport.DESCRIPTOR))
-def test_report_progress_never_fails_inside(controller, request):
-    service, stub, rest = controller
-    answered(stub.ReportProgress, request)
-    still_whole(service, rest)
-
-
-@FUZZ
-@given(request=from_a_registered_worker(pb.CheckpointCommit.DESCRIPTOR))
-def test_commit_checkpoint_never_fails_inside(controller, request):
-    service, stub, rest = controller
-    answered(stub.CommitCheckpoint, request)
-    still_whole(service, rest)
+REQUESTS = {
+    "Register": messages(pb.RegisterRequest.DESCRIPTOR),
+    "ReportProgress": from_a_registered_worker(pb.ProgressReport.DESCRIPTOR),
+    "CommitCheckpoint": from_a_registered_worker(pb.CheckpointCommit.DESCRIPTOR),
+}
 
 
 def test_every_rpc_is_fuzzed():
-    fuzzed = {"Register", "ReportProgress", "CommitCheckpoint"}
-    assert set(pb.DESCRIPTOR.services_by_name["Controller"].methods_by_name) == fuzzed
+    assert set(pb.DESCRIPTOR.services_by_name["Controller"].methods_by_name) == set(REQUESTS)
+
+
+@pytest.mark.parametrize("rpc", sorted(REQUESTS))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_no_message_makes_an_rpc_fail_inside(controller, rpc, data):
+    service, stub, rest = controller
+    answered(getattr(stub, rpc), data.draw(REQUESTS[rpc], label="request"))
+    still_whole(service, rest)

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from controller.core import validation
 from controller.core.errors import InvalidRequest
-from controller.grpc.servicer import DETAILS_MAX, start_grpc_server
+from controller.grpc.servicer import DETAILS_MAX
 from controller.rest.app import create_app
 from sparkpoint import limits
 from sparkpoint.messages import (
@@ -41,13 +41,6 @@ from worker.control.commands import CommandBook
 from worker.control.reporter import Reporter
 
 INT64_MAX = 2**63 - 1
-
-
-@pytest.fixture
-def address(service):
-    server, port = start_grpc_server(service, "127.0.0.1", 0)
-    yield f"127.0.0.1:{port}"
-    server.stop(grace=None).wait()
 
 
 @pytest.fixture

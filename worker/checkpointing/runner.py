@@ -224,26 +224,29 @@ class CheckpointRunner:
         """Take the checkpoint; if the volume is full, free space by
         retention (``pressure_plan``) and try once more. Raises OSError
         saying so if there is still no room."""
-        try:
-            return self._writer.take(checkpoint_id)
-        except OSError as error:
-            if error.errno not in NO_SPACE:
-                raise
-            full = error
+        manifest, full = self._take_unless_full(checkpoint_id)
+        if full is None:
+            return manifest
         doomed = pressure_plan(self._store.checkpoint_ids(), self._newest_complete(), self._pinned_now())
         if doomed:
             freed = self._retire(doomed)
             log.warning("checkpoint %d: the checkpoint volume is full; deleted checkpoints %s (%d bytes of files), "
                         "trying again", checkpoint_id, ", ".join(map(str, doomed)), freed)
-            try:
-                return self._writer.take(checkpoint_id)
-            except OSError as error:
-                if error.errno not in NO_SPACE:
-                    raise
-                full = error
+            manifest, full = self._take_unless_full(checkpoint_id)
+            if full is None:
+                return manifest
         why = (f" even after deleting checkpoints {', '.join(map(str, doomed))}" if doomed else
                ", and nothing is left to delete but the newest complete checkpoint, newer and pinned ones")
         raise OSError(full.errno, f"{full.strerror}: the checkpoint volume is full{why}")
+
+    def _take_unless_full(self, checkpoint_id: int) -> tuple[Manifest | None, OSError | None]:
+        """The checkpoint, or the error saying the volume is full (any other is raised)."""
+        try:
+            return self._writer.take(checkpoint_id), None
+        except OSError as error:
+            if error.errno not in NO_SPACE:
+                raise
+            return None, error
 
     def _pinned_now(self) -> frozenset[int]:
         with self._lock:

@@ -34,6 +34,9 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
+NEARLY_FULL = 1 << 20     # what a worker may free meanwhile (a temporary copy it removes) stays below this
+
+
 def fill(volume: Path) -> Path:
     """Write a file until the volume has no page left; returns it."""
     filler = volume / "filler"
@@ -47,7 +50,7 @@ def fill(volume: Path) -> Path:
                 assert error.errno == errno.ENOSPC
     finally:
         os.close(fd)
-    assert shutil.disk_usage(volume).free == 0
+    assert shutil.disk_usage(volume).free < NEARLY_FULL
     return filler
 
 
@@ -136,7 +139,7 @@ def test_checkpoints_on_a_full_volume_fail_visibly_and_resume_when_there_is_room
                          timeout_s=120, what="a failed checkpoint in /status")
     assert "No space left on device" in failing["checkpoint_error"]
     assert "the checkpoint volume is full" in failing["checkpoint_error"]
-    assert failing["checkpoint_volume"]["free_bytes"] == 0 and failing["checkpoint_volume"]["used_bytes"] > 0
+    assert failing["checkpoint_volume"]["free_bytes"] < NEARLY_FULL < failing["checkpoint_volume"]["used_bytes"]
     assert failing["state"] in ("running", "recovering") and not process_exited(worker)
 
     filler.unlink()
@@ -165,7 +168,7 @@ def test_staging_on_a_full_volume_waits_and_nothing_is_lost(make_stack, small_tm
     wait_until(lambda: "waiting for space" in log_path.read_text(errors="replace"), timeout_s=120,
                what="staging to wait for space")
     stalled = worker_status(stack)
-    assert stalled["checkpoint_volume"]["free_bytes"] == 0
+    assert stalled["checkpoint_volume"]["free_bytes"] < NEARLY_FULL
     assert stalled["state"] != "failed" and not process_exited(worker)
 
     filler.unlink()

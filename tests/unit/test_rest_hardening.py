@@ -179,8 +179,7 @@ def test_a_release_the_controller_cannot_write_is_503_and_not_made(clock, tmp_pa
     def full(snapshot):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    service = new_service(clock, tmp_path)
-    service._save_table = full
+    service = new_service(clock, tmp_path, save_table=full)
     Pipeline(service).register(0)
     clock.now += 60
     with TestClient(create_app(service)) as rest:

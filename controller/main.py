@@ -49,11 +49,11 @@ def main() -> None:
         exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_STATE_DIR: savepoint records: {error}")
     for problem in problems:
         log.error("%s", problem)
+    store = ControllerCheckpointStore(settings.state_dir) if settings.checkpoint_freq_ms > 0 else None
     service = ControllerService(ServiceConfig(worker_count=settings.worker_count), clock=time.time,
-                                savepoints=savepoints)
+                                savepoints=savepoints, **({"save_table": store.save} if store else {}))
     checkpointer = None
-    if settings.checkpoint_freq_ms > 0:
-        store = ControllerCheckpointStore(settings.state_dir)
+    if store is not None:
         try:
             saved = store.load()
             if saved is not None:

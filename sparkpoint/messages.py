@@ -88,6 +88,15 @@ class PipelineNode:
 
 
 @dataclass(frozen=True)
+class VolumeUse:
+    """A filesystem's use in bytes: used, and free for the worker (a full
+    checkpoint volume fails checkpoints and stalls staging)."""
+
+    used_bytes: int = 0
+    free_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class Registration:
     worker_id: str
     worker_index: int
@@ -193,6 +202,7 @@ class ProgressReport:
     dropped_checkpoints: int = 0
     failed_checkpoints: int = 0
     checkpoint_error: str = ""      # the last failed checkpoint's error
+    checkpoint_volume: VolumeUse = VolumeUse()      # SP_CHECKPOINT_DIR's filesystem
     restored_checkpoint_id: int = 0     # 0: started without a checkpoint
     recovery: Recovery = Recovery()
     sinks: tuple[SinkProgress, ...] = ()

@@ -31,6 +31,7 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    VolumeUse,
     WorkerState,
 )
 from sparkpoint.v1 import controller_pb2 as pb
@@ -166,6 +167,8 @@ def report_to_pb(report: ProgressReport) -> pb.ProgressReport:
         dropped_checkpoints=report.dropped_checkpoints,
         failed_checkpoints=report.failed_checkpoints,
         checkpoint_error=report.checkpoint_error,
+        checkpoint_volume=pb.VolumeUse(used_bytes=report.checkpoint_volume.used_bytes,
+                                       free_bytes=report.checkpoint_volume.free_bytes),
         restored_checkpoint_id=report.restored_checkpoint_id,
         recovery=pb.Recovery(active=report.recovery.active, target_bytes=report.recovery.target_bytes,
                              replayed_bytes=report.recovery.replayed_bytes, started_at=report.recovery.started_at,
@@ -196,6 +199,7 @@ def report_from_pb(request: pb.ProgressReport) -> ProgressReport:
         dropped_checkpoints=request.dropped_checkpoints,
         failed_checkpoints=request.failed_checkpoints,
         checkpoint_error=request.checkpoint_error,
+        checkpoint_volume=VolumeUse(request.checkpoint_volume.used_bytes, request.checkpoint_volume.free_bytes),
         restored_checkpoint_id=request.restored_checkpoint_id,
         recovery=Recovery(request.recovery.active, request.recovery.target_bytes, request.recovery.replayed_bytes,
                           request.recovery.started_at, request.recovery.duration_ms),

@@ -7,6 +7,7 @@
                pipeline would keep, start fresh, drop or refuse
   savepoint    create, list, show, restore, dispose, export and import
                savepoints
+  worker       release a dead worker's index
 
 Every command but plan (with a checkpoint directory) talks to the controller's
 REST API: --controller URL, else SP_CONTROLLER_URL, else http://localhost:8080.
@@ -34,6 +35,7 @@ from sparkpoint_cli.savepoint import savepoint_app
 from sparkpoint_cli.settings import CliSettings
 from sparkpoint_cli.status import add_status_command
 from sparkpoint_cli.waiting import Waiting
+from sparkpoint_cli.worker import worker_app
 
 PROGRAM = "sparkpoint"
 
@@ -46,6 +48,7 @@ def application(settings: CliSettings, derive: Derive, waiting: Waiting) -> type
     add_plan_command(app, settings, derive)
     app.add_typer(savepoint_app(settings, waiting), name="savepoint",
                   help="create, list, show, restore, dispose, export and import savepoints")
+    app.add_typer(worker_app(settings), name="worker", help="release a dead worker's index")
     return app
 
 

@@ -55,6 +55,15 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2))
 
 
+def show(output: Output, view: Any, text: RenderableType) -> None:
+    """The controller's answer as JSON, or ``text`` for people (a string is
+    printed as it is, never read as markup)."""
+    if output is Output.JSON:
+        print_json(view)
+    else:
+        emit(text)
+
+
 # -- values as people read them ---------------------------------------------------------
 STATE_STYLES = {"running": "green", "ok": "green", "complete": "green", "recovering": "yellow", "waiting": "yellow",
                 "pending": "yellow", "starting": "cyan", "failed": "bold red", "finished": "dim"}

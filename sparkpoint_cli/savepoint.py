@@ -32,7 +32,7 @@ from controller.savepoints.model import InvalidSavepointId, savepoint_number
 from sparkpoint.tables import table
 from sparkpoint_cli.controller_api import ControllerApi, ControllerOption, connect
 from sparkpoint_cli.errors import DONE, CommandError
-from sparkpoint_cli.output import Output, OutputOption, emit, print_json, styled, when
+from sparkpoint_cli.output import Output, OutputOption, show, styled, when
 from sparkpoint_cli.settings import CliSettings
 from sparkpoint_cli.waiting import Waiting
 
@@ -104,15 +104,6 @@ def pinning(view: dict[str, Any]) -> str:
     if view["state"] != "pending":
         return f"{view['id']}: {view['state']}"
     return f"{view['id']}: {len(view['checkpoints'])} of {view['worker_count']} workers pinned"
-
-
-def show(output: Output, view: Any, text: RenderableType) -> None:
-    """The controller's answer as JSON, or ``text`` for people (a string is
-    printed as it is, never read as markup)."""
-    if output is Output.JSON:
-        print_json(view)
-    else:
-        emit(text)
 
 
 # -- the commands ------------------------------------------------------------------

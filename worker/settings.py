@@ -8,6 +8,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from sparkpoint import limits
+from sparkpoint.errors import shown
 from sparkpoint.settings import (
     Address,
     ForceGraphChange,
@@ -34,7 +36,8 @@ class WorkerSettings(Settings):
         0, ge=0, description="this worker's index, below `SP_WORKER_COUNT`; it owns log partitions `p` with "
                              "`p % count == index`")
     worker_id: str = Field(default_factory=lambda given: f"worker-{given['worker_index']}",
-                           description="name in status and logs")
+                           description="name in status and logs: letters, digits, `_` `.` `-`, starting with a "
+                                       "letter or digit, at most 64 characters (what the controller accepts)")
     controller_addr: Address = Field("localhost:50051", description="controller gRPC address (`host:port`)")
     work_dir: UserPath = Field(
         default_factory=lambda given: Path(f"var/work/{given['worker_id']}"),
@@ -84,6 +87,13 @@ class WorkerSettings(Settings):
         "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]` or "
                         "`publish.files_placed[:n]` (a files sink placed a publish's files, its mark not yet "
                         "written) makes the worker SIGKILL itself there, once")
+
+    @field_validator("worker_id")
+    @classmethod
+    def _a_name(cls, worker_id: str) -> str:
+        if not limits.NAME.fullmatch(worker_id):
+            raise ValueError(f"{shown(worker_id)} is not a valid worker id ({limits.NAME_RULE})")
+        return worker_id
 
     @field_validator("pg_dsn")
     @classmethod

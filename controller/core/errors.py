@@ -15,3 +15,8 @@ class NotFound(ControllerError):
 
 class Conflict(ControllerError):
     """The request contradicts the controller's state (gRPC FAILED_PRECONDITION, HTTP 409)."""
+
+
+class Unavailable(ControllerError):
+    """The controller cannot do it now: its state cannot be written, so the
+    change was not made (gRPC UNAVAILABLE, HTTP 503)."""

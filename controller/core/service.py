@@ -13,12 +13,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from controller.core import validation
 from controller.core.checkpoints import DurableCheckpoint, worker_checkpoints
-from controller.core.errors import Conflict, InvalidRequest, NotFound
+from controller.core.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from controller.core.graph import PipelineView, pipeline_view
 from controller.core.history import HistoryView
 from controller.core.readings import Readings, WorkerDurations
-from controller.core.status import PipelineStatus, build_status, worker_lag_bytes, worker_rows_per_second
+from controller.core.status import (
+    PipelineStatus,
+    WorkerStatus,
+    build_status,
+    worker_lag_bytes,
+    worker_rows_per_second,
+    worker_status,
+)
 from controller.progress.observations import HISTORY_WINDOW_S, Observations
 from controller.progress.table import ProgressTable, WorkerRecord
 from controller.savepoints.service import SavepointService
@@ -55,6 +63,12 @@ def decide_restore(registration: Registration, record: WorkerRecord) -> RestoreD
     return RestoreDecision(checkpoint_id=held)
 
 
+# A worker that reported this recently is alive: releasing its index would
+# only make it register again (or, with another worker id on the index,
+# refuse it).
+RELEASE_SILENCE_S = 30.0
+
+
 @dataclass(frozen=True)
 class ServiceConfig:
     worker_count: int
@@ -62,8 +76,13 @@ class ServiceConfig:
 
 class ControllerService:
     def __init__(self, config: ServiceConfig, *, clock: Callable[[], float], savepoints: SavepointService,
-                 new_session_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+                 new_session_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+                 save_table: Callable[[dict[str, Any]], None] = lambda snapshot: None) -> None:
+        """``save_table``: writes the progress table's snapshot (the
+        controller's checkpoint) durably, raising OSError if it cannot; an
+        operator's change to the table is written with it before it is made."""
         self._config = config
+        self._save_table = save_table
         self._clock = clock
         self._new_session_id = new_session_id
         # One lock for the table and the savepoints: a savepoint reads the
@@ -77,16 +96,18 @@ class ControllerService:
         """Admit a worker (first start, restart, or after a controller restart).
 
         Steps:
-        1. Validate its identity against the configured worker count.
-        2. Refuse a second worker id claiming an index another worker holds.
-        3. Record it under a new session id: reports of older sessions become stale.
+        1. Validate the request (``validation``) and its identity against the
+           configured worker count.
+        2. Refuse a second worker id claiming an index another worker holds,
+           and checkpoints too far past the newest known of this worker.
+        3. Record it under a new session id: reports and commits of older
+           sessions become stale.
         4. Decide what it restores: its part of a savepoint the user chose to
            restore, else its newest durable checkpoint (the worker verifies it
            and falls back to an older intact one).
         """
         # 1.
-        if not registration.worker_id:
-            raise InvalidRequest("worker_id is required")
+        validation.registration(registration)
         if registration.worker_count != self._config.worker_count:
             raise Conflict(
                 f"{registration.worker_id} was started with SP_WORKER_COUNT={registration.worker_count}, "
@@ -101,6 +122,9 @@ class ControllerService:
                 raise Conflict(
                     f"worker index {registration.worker_index} is already held by {holder.worker_id}; "
                     f"{registration.worker_id} needs a different SP_WORKER_INDEX")
+            known = self._table.workers.get(registration.worker_id)
+            if known is not None:
+                validation.all_believable(registration.checkpoints, known.last_checkpoint_id, "checkpoints")
             # 3.
             record = self._table.register(registration, self._new_session_id(), self._clock())
             self._observations.worker(record.worker_id, floor=record.last_checkpoint_id)
@@ -117,9 +141,14 @@ class ControllerService:
 
     def report_progress(self, report: ProgressReport) -> ReportOutcome:
         """Record progress; an accepted report's acknowledgement carries the
-        worker's savepoint commands and pinned checkpoints."""
+        worker's savepoint commands and pinned checkpoints. Raises
+        ``InvalidRequest`` (also for durable checkpoints too far past the
+        newest known); an older session is ``STALE``."""
+        report = validation.report(report)
         with self._lock:
             before = self._table.workers.get(report.worker_id)
+            if before is not None and before.session_id == report.session_id:
+                validation.all_believable(report.checkpoints or (), before.last_checkpoint_id, "checkpoints")
             now = self._clock()
             status = self._table.report(report, now)
             if status is not ReportStatus.ACCEPTED:
@@ -137,18 +166,56 @@ class ControllerService:
         observed.checkpoints_seen(report.checkpoints or (), now)
         observed.progressed(now, worker_rows_per_second(report.queries), worker_lag_bytes(report.queries))
 
-    def commit_checkpoint(self, worker_id: str, checkpoint: CheckpointInfo, session_id: str = "") -> CommitOutcome:
+    def commit_checkpoint(self, worker_id: str, checkpoint: CheckpointInfo, session_id: str) -> CommitOutcome:
         """A worker's checkpoint is durable; acknowledging it completes it
-        (and may complete a savepoint). ``session_id``: the registration that
-        took it, which a restore waits for."""
+        (and may complete a savepoint). ``session_id``: the worker's current
+        registration (an older one's commit is ``STALE``), which a restore
+        waits for. Raises ``InvalidRequest`` for an id not believed: beyond
+        ``CHECKPOINT_ID_MAX``, or too far past the newest known."""
+        validation.commit(worker_id, session_id, checkpoint)
         with self._lock:
             before = self._table.workers.get(worker_id)
-            status, completed = self._table.commit(worker_id, checkpoint)
+            if before is not None and before.session_id == session_id:
+                validation.believable(checkpoint.checkpoint_id, before.last_checkpoint_id,
+                                      "checkpoint.checkpoint_id")
+            status, completed = self._table.commit(worker_id, session_id, checkpoint)
             if status is ReportStatus.ACCEPTED:
                 self._observations.worker(worker_id, floor=before.last_checkpoint_id).checkpoints_seen(
                     [checkpoint], self._clock())
                 self._savepoints.committed(self._table.workers[worker_id], checkpoint.checkpoint_id, session_id)
         return CommitOutcome(status, completed)
+
+    def release_worker(self, worker_id: str) -> WorkerRecord:
+        """Forget a worker that is gone for good, so another worker id may
+        take its index (it starts from its own checkpoints, and its sinks'
+        marks are its own). Raises ``InvalidRequest``, ``NotFound``;
+        ``Conflict`` if it reported within ``RELEASE_SILENCE_S``;
+        ``Unavailable`` if the controller's checkpoint cannot be written
+        (nothing is released then).
+
+        Steps:
+        1. Find it; refuse while it is alive.
+        2. Write the table without it; only then forget it (and what was
+           observed of it).
+        """
+        with self._lock:
+            # 1.
+            record = self._registered(worker_id)
+            silent_s = self._clock() - record.last_heartbeat
+            if silent_s < RELEASE_SILENCE_S:
+                raise Conflict(f"{worker_id} reported {silent_s:.0f} s ago: it is alive. Stop it first; a worker is "
+                               f"released once it has been silent for {RELEASE_SILENCE_S:.0f} s")
+            # 2.
+            remaining = self._table.without(worker_id)
+            try:
+                self._save_table(remaining.to_snapshot())
+            except OSError as error:
+                raise Unavailable(f"cannot write the controller's checkpoint: {error.strerror or error}; "
+                                  f"{worker_id} is not released") from None
+            self._table = remaining
+            self._observations.forget(worker_id)
+        log.info("released %s: worker index %d is free", worker_id, record.worker_index)
+        return record
 
     # -- savepoints (REST) ------------------------------------------------------
     def trigger_savepoint(self, label: str) -> SavepointView:
@@ -193,9 +260,29 @@ class ControllerService:
         with self._lock:
             self._table = table
 
+    def problems(self) -> list[str]:
+        """What keeps the controller from writing its savepoint records (for ``/health``)."""
+        with self._lock:
+            return self._savepoints.problems()
+
     def worker(self, worker_id: str) -> WorkerRecord | None:
         with self._lock:
             return self._table.workers.get(worker_id)
+
+    def _registered(self, worker_id: str) -> WorkerRecord:
+        """The worker's record (under the lock). Raises ``InvalidRequest``
+        for what cannot be a worker id, ``NotFound``."""
+        validation.name(worker_id, "worker id")
+        record = self._table.workers.get(worker_id)
+        if record is None:
+            raise NotFound(f"no worker {worker_id!r} has registered")
+        return record
+
+    def worker_status(self, worker_id: str) -> WorkerStatus:
+        """Raises ``InvalidRequest`` for what cannot be a worker id, ``NotFound``."""
+        with self._lock:
+            record = self._registered(worker_id)
+        return worker_status(record, self._clock())
 
     def status(self) -> PipelineStatus:
         with self._lock:
@@ -209,12 +296,10 @@ class ControllerService:
             return pipeline_view(list(self._table.workers.values()))
 
     def checkpoints(self, worker_id: str) -> list[DurableCheckpoint]:
-        """The worker's durable checkpoints, oldest first."""
+        """The worker's durable checkpoints, oldest first. Raises
+        ``InvalidRequest`` for what cannot be a worker id, ``NotFound``."""
         with self._lock:
-            record = self._table.workers.get(worker_id)
-            if record is None:
-                raise NotFound(f"no worker {worker_id!r} has registered")
-            return worker_checkpoints(record, self._savepoints.list(), self._clock())
+            return worker_checkpoints(self._registered(worker_id), self._savepoints.list(), self._clock())
 
     def history(self, since: float = 0.0) -> HistoryView:
         """Each worker's samples taken after ``since`` (the controller's clock), within the window."""

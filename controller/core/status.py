@@ -6,7 +6,15 @@ from dataclasses import dataclass, field
 
 from controller.progress.table import WorkerRecord
 from controller.savepoints.view import SavepointSummary
-from sparkpoint.messages import CheckpointInfo, QueryProgress, SinkContract, SinkProgress, SinkState, WorkerState
+from sparkpoint.messages import (
+    CheckpointInfo,
+    QueryProgress,
+    SinkContract,
+    SinkProgress,
+    SinkState,
+    VolumeUse,
+    WorkerState,
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class WorkerStatus:
     dropped_checkpoints: int
     failed_checkpoints: int
     checkpoint_error: str
+    checkpoint_volume: VolumeUse    # bytes used and free on its checkpoint volume
     checkpoints_completed: int
     last_checkpoint: CheckpointView | None
     recovery: RecoveryView
@@ -173,6 +182,7 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         dropped_checkpoints=record.dropped_checkpoints,
         failed_checkpoints=record.failed_checkpoints,
         checkpoint_error=record.checkpoint_error,
+        checkpoint_volume=record.checkpoint_volume,
         checkpoints_completed=record.checkpoints_completed,
         last_checkpoint=checkpoint_view(record.last_checkpoint, now),
         recovery=recovery_view(record),

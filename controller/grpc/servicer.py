@@ -1,11 +1,15 @@
 """Thin gRPC adapter over ControllerService: convert, call, convert back.
 
-Core errors become gRPC status codes here and only here (``_status_for``).
+Core errors become gRPC status codes here and only here (``_status_for``);
+their messages travel in the status details, which gRPC carries in a
+metadata frame of bounded size: each is clipped to ``DETAILS_MAX``. Anything
+else is a bug: logged, and answered ``INTERNAL`` without its message.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any, TypeVar
@@ -15,8 +19,15 @@ import grpc
 from controller.core import errors
 from controller.core.service import ControllerService
 from sparkpoint import wire
+from sparkpoint.errors import clip
 from sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sparkpoint.controller.grpc")
+
+# Far below gRPC's default metadata limit (8 KiB), which a longer message
+# would exceed: the caller would get a transport error instead of the reason.
+DETAILS_MAX = 1000
 
 
 def _status_for(error: errors.ControllerError) -> grpc.StatusCode:
@@ -38,7 +49,10 @@ def _mapped(method: Handler) -> Handler:
         try:
             return method(self, request, context)
         except errors.ControllerError as error:
-            context.abort(_status_for(error), str(error))
+            context.abort(_status_for(error), clip(str(error), DETAILS_MAX))
+        except Exception:
+            log.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the controller log")
 
     return wrapper  # type: ignore[return-value]
 

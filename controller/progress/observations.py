@@ -133,3 +133,7 @@ class Observations:
 
     def get(self, worker_id: str) -> WorkerObservations | None:
         return self._workers.get(worker_id)
+
+    def forget(self, worker_id: str) -> None:
+        """A released worker's: should its id register again, it is observed afresh."""
+        self._workers.pop(worker_id, None)

@@ -18,6 +18,7 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    VolumeUse,
     WorkerState,
 )
 
@@ -37,6 +38,7 @@ class WorkerRecord:
     dropped_checkpoints: int = 0
     failed_checkpoints: int = 0
     checkpoint_error: str = ""
+    checkpoint_volume: VolumeUse = VolumeUse()
     last_checkpoint: CheckpointInfo | None = None
     checkpoints_completed: int = 0
     restored_checkpoint_id: int = 0
@@ -126,6 +128,7 @@ class ProgressTable:
             dropped_checkpoints=report.dropped_checkpoints,
             failed_checkpoints=report.failed_checkpoints,
             checkpoint_error=report.checkpoint_error,
+            checkpoint_volume=report.checkpoint_volume,
             restored_checkpoint_id=report.restored_checkpoint_id,
             recovery=report.recovery,
             sinks=report.sinks,
@@ -138,17 +141,24 @@ class ProgressTable:
                                                      last_recovery_started_at=report.recovery.started_at)
         return ReportStatus.ACCEPTED
 
-    def commit(self, worker_id: str, checkpoint: CheckpointInfo) -> tuple[ReportStatus, int]:
-        """Record a durable checkpoint. Any session may commit: a checkpoint is
-        durable whoever wrote it, and ids only grow."""
+    def commit(self, worker_id: str, session_id: str, checkpoint: CheckpointInfo) -> tuple[ReportStatus, int]:
+        """Record a durable checkpoint of the worker's current session (an
+        older session's is ``STALE``: whoever registered since speaks for the
+        worker); ids only grow."""
         record = self.workers.get(worker_id)
         if record is None:
             return ReportStatus.UNKNOWN_WORKER, 0
+        if session_id != record.session_id:
+            return ReportStatus.STALE, record.last_checkpoint_id
         if checkpoint.checkpoint_id <= record.last_checkpoint_id:
             return ReportStatus.DUPLICATE, record.last_checkpoint_id
         self.workers[worker_id] = replace(record, last_checkpoint=checkpoint,
                                           checkpoints_completed=record.checkpoints_completed + 1)
         return ReportStatus.ACCEPTED, checkpoint.checkpoint_id
+
+    def without(self, worker_id: str) -> ProgressTable:
+        """A copy without this worker (released: its index is free)."""
+        return ProgressTable({w: record for w, record in self.workers.items() if w != worker_id})
 
     def by_index(self, index: int) -> WorkerRecord | None:
         for record in self.workers.values():
@@ -168,7 +178,7 @@ class ProgressTable:
             table.workers[item["worker_id"]] = WorkerRecord(
                 **{k: v for k, v in item.items()
                    if k not in ("state", "queries", "last_checkpoint", "recovery", "sinks", "nodes", "finished_nodes",
-                                "checkpoints")},
+                                "checkpoints", "checkpoint_volume")},
                 state=WorkerState(item["state"]),
                 queries=tuple(QueryProgress(**q) for q in item.get("queries", [])),
                 last_checkpoint=None if checkpoint is None else _checkpoint(checkpoint),
@@ -177,6 +187,7 @@ class ProgressTable:
                 finished_nodes=tuple(item.get("finished_nodes", ())),
                 checkpoints=tuple(_checkpoint(c) for c in item.get("checkpoints", [])),
                 recovery=Recovery(**item.get("recovery", {})),
+                checkpoint_volume=VolumeUse(**item.get("checkpoint_volume", {})),
                 sinks=tuple(SinkProgress(**{**sink, "state": SinkState(sink["state"]),
                                             "contract": _contract(sink.get("contract"))})
                             for sink in item.get("sinks", [])),

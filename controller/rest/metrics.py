@@ -27,7 +27,7 @@ from controller.core.service import ControllerService
 from controller.core.status import SinkView, WorkerStatus
 from controller.progress.observations import HistogramView
 from controller.savepoints.model import SavepointState
-from sparkpoint.messages import QueryProgress, SinkState, WorkerState
+from sparkpoint.messages import QueryProgress, SinkState, VolumeUse, WorkerState
 
 Samples = Iterable[tuple[list[str], float]]
 
@@ -67,6 +67,11 @@ NODES = Family("sparkpoint_pipeline_node_finished", "Each node of the pipeline g
 SAVEPOINTS = Family("sparkpoint_savepoints", "Savepoints the controller records, by state.", ("state",))
 
 # -- per worker ---------------------------------------------------------------------------
+def _volume(worker: WorkerStatus) -> VolumeUse | None:
+    """Its checkpoint volume's use; None until it reported one."""
+    return worker.checkpoint_volume if worker.checkpoint_volume != VolumeUse() else None
+
+
 W = ("worker",)
 WORKER_FAMILIES: list[tuple[Family, Callable[[WorkerStatus], float | None]]] = [
     (Family("sparkpoint_worker_last_report_age_seconds", "Seconds since the worker's last progress report.", W),
@@ -97,6 +102,10 @@ WORKER_FAMILIES: list[tuple[Family, Callable[[WorkerStatus], float | None]]] = [
      lambda w: w.failed_checkpoints),
     (Family("sparkpoint_worker_checkpoints_durable", "Checkpoints on the worker's volume (retained and pinned).", W),
      lambda w: w.durable_checkpoints),
+    (Family("sparkpoint_worker_checkpoint_volume_used_bytes", "Bytes used on the filesystem of the worker's "
+            "checkpoints (SP_CHECKPOINT_DIR).", W), lambda w: _volume(w).used_bytes if _volume(w) else None),
+    (Family("sparkpoint_worker_checkpoint_volume_free_bytes", "Bytes free for the worker on that filesystem: at 0 "
+            "checkpoints fail and staging waits.", W), lambda w: _volume(w).free_bytes if _volume(w) else None),
     (Family("sparkpoint_worker_restored_checkpoint_id", "The checkpoint this run restored (0: none).", W),
      lambda w: w.recovery.restored_checkpoint_id),
     (Family("sparkpoint_worker_recovering", "1 while the worker replays the log after restoring a checkpoint.", W),
@@ -198,7 +207,9 @@ def metrics_router(service: ControllerService) -> APIRouter:
     router = APIRouter()
 
     @router.get("/metrics", response_class=Response, summary="Prometheus metrics (text exposition format)",
-                responses={200: {"content": {"text/plain": {}}}})
+                responses={200: {"content": {"text/plain": {}, "application/openmetrics-text": {}},
+                                 "description": "Prometheus' text format, or OpenMetrics when the Accept header "
+                                                "asks for it"}})
     def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encoder(registry), media_type=content_type)

@@ -9,6 +9,7 @@ from controller.core.checkpoints import DurableCheckpoint
 from controller.core.graph import PipelineView
 from controller.core.history import HistoryView
 from controller.core.service import ControllerService
+from controller.rest.models import WorkerId, answers
 
 
 def views_router(service: ControllerService) -> APIRouter:
@@ -19,16 +20,18 @@ def views_router(service: ControllerService) -> APIRouter:
     def pipeline() -> PipelineView:
         return service.pipeline()
 
-    @router.get("/history", response_model=HistoryView,
+    @router.get("/history", response_model=HistoryView, responses=answers(400),
                 summary="Each worker's rows/s, lag and checkpoint durations over the last minutes")
-    def history(since: float = Query(0.0, ge=0, description="only samples after this time (the controller's clock, "
-                                                             "seconds since the epoch; a previous answer's now)")
+    def history(since: float = Query(0.0, ge=0, allow_inf_nan=False,
+                                     description="only samples after this time (the controller's clock, seconds "
+                                                 "since the epoch; a previous answer's now)")
                 ) -> HistoryView:
         return service.history(since)
 
     @router.get("/workers/{worker_id}/checkpoints", response_model=list[DurableCheckpoint],
+                responses=answers(400, 404),
                 summary="The worker's durable checkpoints, oldest first, as it last reported them")
-    def checkpoints(worker_id: str) -> list[DurableCheckpoint]:
+    def checkpoints(worker_id: WorkerId) -> list[DurableCheckpoint]:
         return service.checkpoints(worker_id)
 
     return router

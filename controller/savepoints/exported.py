@@ -23,6 +23,7 @@ from controller.savepoints.model import (
     from_json,
     to_json,
 )
+from sparkpoint.errors import shown
 from sparkpoint.fileio import atomic_write
 from sparkpoint.paths import resolve_under_root
 from sparkpoint.storelayout import manifest_name
@@ -32,6 +33,10 @@ RECORD_FILE = "savepoint.json"
 
 class ExportTargetNotEmpty(SavepointConflict):
     pass
+
+
+class NoSuchExport(SavepointRecordError):
+    """There is no exported savepoint at the path (REST 404)."""
 
 
 class ExportedSavepoints:
@@ -46,14 +51,15 @@ class ExportedSavepoints:
         returns its path relative to the root, through any links resolved."""
         target = resolve_under_root(self.root, user_path)
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise ExportTargetNotEmpty(f"{user_path!r} already exists and is not an empty directory: export to "
+            raise ExportTargetNotEmpty(f"{shown(user_path)} already exists and is not an empty directory: export to "
                                        "a new path (an export is never written over another)")
         target.mkdir(parents=True, exist_ok=True)
         return self._relative(target)
 
     def commit(self, path: str, savepoint: Savepoint) -> None:
         """Write the record of a savepoint whose every part is written under ``path``."""
-        atomic_write(resolve_under_root(self.root, f"{path}/{RECORD_FILE}"), to_json(savepoint).encode())
+        atomic_write(resolve_under_root(self.root, f"{path}/{RECORD_FILE}", max_depth=None),
+                     to_json(savepoint).encode())
 
     def read(self, user_path: str) -> tuple[str, Savepoint]:
         """The export at ``user_path``: its path relative to the root and its
@@ -62,9 +68,9 @@ class ExportedSavepoints:
         path = self._relative(resolve_under_root(self.root, user_path))
         name = f"{path}/{RECORD_FILE}"
         try:
-            text = resolve_under_root(self.root, name).read_text()
+            text = resolve_under_root(self.root, name, max_depth=None).read_text()
         except FileNotFoundError:
-            raise SavepointRecordError(f"{name}: no such file: {path} is not an exported savepoint, or its "
+            raise NoSuchExport(f"{name}: no such file: {path} is not an exported savepoint, or its "
                                        "export did not finish") from None
         except (OSError, UnicodeDecodeError) as error:
             raise SavepointRecordError(f"{name}: cannot be read ({error})") from None
@@ -75,7 +81,7 @@ class ExportedSavepoints:
         for index, checkpoint in sorted(savepoint.checkpoints.items()):
             # The store layout's own naming, relative to the root.
             manifest = f"{worker_dir(path, index)}/{manifest_name(checkpoint)}"
-            if not resolve_under_root(self.root, manifest).is_file():
-                raise SavepointRecordError(f"{manifest}: no such file: worker {index}'s checkpoint {checkpoint} "
+            if not resolve_under_root(self.root, manifest, max_depth=None).is_file():
+                raise NoSuchExport(f"{manifest}: no such file: worker {index}'s checkpoint {checkpoint} "
                                            "is missing from the export")
         return path, savepoint

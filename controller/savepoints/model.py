@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpoint.errors import clip, shown
+
 RECORD_FORMAT = 1
 LABEL_MAX = 100
 # Beyond letters and digits: what a label needs, nothing that a shell, a
 # terminal or a URL would read as syntax.
 LABEL_PUNCTUATION = " -_.,:()/+@#"
 _ID = re.compile(r"sp-[0-9]{6,12}")
+ID_PATTERN = f"^{_ID.pattern}$"     # the same rule as a JSON Schema pattern (the API's description)
 
 
 class SavepointError(ValueError):
@@ -41,6 +44,12 @@ class InvalidSavepointId(SavepointError):
 
 class SavepointRecordError(SavepointError):
     """A savepoint record cannot be read; the message names the file."""
+
+
+class RecordNotWritten(Exception):
+    """A savepoint record (or an export's directory) cannot be written, so
+    the change was not made; not the user's to fix (REST 503). The message
+    names the file and the reason."""
 
 
 class SavepointState(str, enum.Enum):
@@ -74,7 +83,7 @@ def savepoint_number(savepoint_id: str) -> int:
     """The number in a savepoint id; raises ``InvalidSavepointId`` for anything
     else (ids become directory names: nothing else may pass)."""
     if not isinstance(savepoint_id, str) or not _ID.fullmatch(savepoint_id):
-        raise InvalidSavepointId(f"{savepoint_id!r} is not a savepoint id: ids look like sp-000042")
+        raise InvalidSavepointId(f"{shown(savepoint_id)} is not a savepoint id: ids look like sp-000042")
     return int(savepoint_id[3:])
 
 
@@ -133,7 +142,7 @@ def from_record(data: Mapping[str, Any], source: str) -> Savepoint:
     """A validated savepoint from its record; ``source`` names it in errors."""
     try:
         if data.get("format") != RECORD_FORMAT:
-            raise ValueError(f"unsupported record format {data.get('format')!r}")
+            raise ValueError(f"unsupported record format {shown(data.get('format'))}")
         completed_at = data.get("completed_at")
         return _checked(Savepoint(
             savepoint_id=data["id"],
@@ -148,14 +157,14 @@ def from_record(data: Mapping[str, Any], source: str) -> Savepoint:
             imported_from=str(data.get("imported_from", "")),   # absent in records of before imports
         ))
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise SavepointRecordError(f"{source}: not a valid savepoint record ({error})") from None
+        raise SavepointRecordError(f"{source}: not a valid savepoint record ({clip(str(error), 200)})") from None
 
 
 def from_json(text: str, source: str) -> Savepoint:
     try:
         data = json.loads(text)
     except ValueError as error:
-        raise SavepointRecordError(f"{source}: not a valid savepoint record ({error})") from None
+        raise SavepointRecordError(f"{source}: not a valid savepoint record ({clip(str(error), 200)})") from None
     if not isinstance(data, dict):
         raise SavepointRecordError(f"{source}: not a valid savepoint record (not a JSON object)")
     return from_record(data, source)

@@ -47,6 +47,13 @@ class SavepointStore:
     def delete(self, savepoint_id: str) -> None:
         self.path(savepoint_id).unlink(missing_ok=True)
 
+    def probe(self) -> None:
+        """Write (durably) and remove a small file: raises OSError while the
+        directory cannot be written."""
+        probe = self.directory / ".probe"
+        atomic_write(probe, b"probe")
+        probe.unlink()
+
     def load(self) -> LoadedRecords:
         """Every readable record; unreadable ones (and a record whose content
         names another id) go to ``quarantine/``. Raises OSError if the

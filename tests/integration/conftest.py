@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,3 +31,23 @@ def make_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
         if failed:
             print(log_tails(stack))
         stack.stop_all()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator:
+    """Mount small tmpfs volumes under tmp_path (a real full disk for the
+    tests that need one; mounting needs root, as ``make`` does) and unmount
+    them afterwards."""
+    mounted: list[Path] = []
+
+    def mount(name: str, size_bytes: int) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0755", "tmpfs", str(path)],
+                       check=True, capture_output=True)
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "--lazy", str(path)], check=False, capture_output=True)

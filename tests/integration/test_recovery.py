@@ -122,24 +122,30 @@ def test_controller_killed_workers_keep_going_and_it_recovers_their_checkpoints(
     assert shown["heartbeat_age_s"] < 10
 
 
-def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced(make_stack):
+def three_unpublished_checkpoints(make_stack, seed: int):
+    """A worker that processed and published its first events, then took
+    three more durable checkpoints while the controller was down: none of
+    them completed, so none is published, and a restore may fall back past
+    any of them (never past a published one). Returns the stack, the log,
+    the store, every event written and the published checkpoint."""
     stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST)
     log = EventLog.create(stack.config.log_dir / "trades", PARTITIONS)
-    events = write_trades(log, 1500, seed=11)
+    events = write_trades(log, 1500, seed=seed)
     stack.start_controller()
     stack.start_worker(0)
     store = CheckpointStore(stack.config.checkpoint_dir(0))
     wait_until(lambda: caught_up(stack, log, QUERIES) and all_published(get_json(stack.config.status_url)),
                timeout_s=240, what="the first events processed and published")
-
-    # A restore never goes back past a published checkpoint: for the corrupt
-    # ones to be skippable, the newest three must not be complete yet. With
-    # the controller down nothing completes, while checkpoints go on.
     stack.kill("controller")
     published = store.checkpoint_ids()[-1]
-    events += write_trades(log, 1500, seed=12)
+    events += write_trades(log, 1500, seed=seed + 1)
     wait_until(lambda: len([i for i in store.checkpoint_ids() if i > published]) >= 3, timeout_s=240,
                what="three durable checkpoints while the controller is down")
+    return stack, log, store, events, published
+
+
+def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced(make_stack):
+    stack, log, store, events, published = three_unpublished_checkpoints(make_stack, seed=11)
 
     # A second worker on the same checkpoint directory is refused while the first lives.
     second = subprocess.run(
@@ -195,3 +201,54 @@ def test_checkpoints_disabled_restart_replays_from_the_beginning(make_stack):
     assert final["last_checkpoint"] is None
     duplicates = check_output(stack, events, exactly_once=False)
     print(f"duplicates with checkpoints off (at-least-once): {duplicates}")
+
+
+def tear(store: CheckpointStore, checkpoint_id: int, lose: str) -> str:
+    """Rewrite a durable checkpoint's manifest without ``metadata`` or the
+    newest ``offsets/N`` of each query: a torn Spark cut. Returns what it lost."""
+    from dataclasses import replace
+
+    manifest = store.load(checkpoint_id)
+    lost = {q.name: lose.replace("N", str(q.batch_id)) for q in manifest.queries}
+    store.write_manifest(replace(manifest, queries=tuple(
+        replace(q, files={p: e for p, e in q.files.items() if p != lost[q.name]}) for q in manifest.queries)))
+    return lost[manifest.queries[0].name]
+
+
+def test_torn_cuts_are_refused_named_and_fallen_back_from_never_replayed_into_a_published_sink(make_stack):
+    # 1. Durable checkpoints nothing has published yet.
+    stack, log, store, events, published = three_unpublished_checkpoints(make_stack, seed=21)
+    assert stack.stop("worker-0") == 0
+
+    # 2. Tear the newest two: one loses Spark's metadata, the other its newest offsets.
+    newest, middle, oldest = store.checkpoint_ids()[-1:-4:-1]
+    assert oldest > published
+    tear(store, newest, "metadata")
+    lost = tear(store, middle, "offsets/N")
+
+    # 3. The restart refuses both, naming them, and restores the next one.
+    stack.start_controller()
+    stack.start_worker(0)
+    final = wait_until(lambda: caught_up(stack, log, QUERIES), timeout_s=300, what="the worker to process the whole log")
+    assert final["recovery"]["restored_checkpoint_id"] == oldest
+    worker_log = stack.services["worker-0"].log_path.read_text()
+    assert f"checkpoint {newest} is corrupt, not restoring it: checkpoint {newest}: query " in worker_log
+    assert "is a torn cut at batch" in worker_log and "it lacks metadata" in worker_log
+    assert f"it lacks {lost}" in worker_log
+    quarantined = sorted(p.name for p in (store.root / "quarantine").iterdir())
+    assert quarantined == [f"{middle:012d}.json", f"{newest:012d}.json"]
+    check_output(stack, events)
+
+    # 4. Tear the checkpoint the sinks published: nothing at or after it is
+    #    intact, so the worker refuses to start rather than replay into them.
+    assert stack.stop("worker-0") == 0
+    newest = store.checkpoint_ids()[-1]
+    tear(store, newest, "offsets/N")
+    refused = stack.start_worker(0)
+    wait_until(lambda: process_exited(refused), timeout_s=240, what="the worker to refuse the torn checkpoint")
+    assert refused.process.returncode != 0
+    worker_log = stack.services["worker-0"].log_path.read_text()
+    assert f"no intact checkpoint at or after {newest}" in worker_log
+    assert "would publish it twice" in worker_log and "torn cut" in worker_log
+    ids = [row["id"] for row in read_published(stack.config.output_dir / "trades_enriched").to_pylist()]
+    assert len(ids) == len(set(ids)) == len(events)

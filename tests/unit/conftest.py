@@ -6,6 +6,7 @@ import pytest
 import uvicorn
 
 from controller.core.service import ControllerService
+from controller.grpc.servicer import start_grpc_server
 from controller.rest.app import create_app
 from tests.unit.fakes import FakeClock, new_service
 from tests.unit.savepoint_support import Pipeline, running_pipeline
@@ -19,6 +20,14 @@ def clock() -> FakeClock:
 @pytest.fixture
 def service(clock, tmp_path) -> ControllerService:
     return new_service(clock, tmp_path)
+
+
+@pytest.fixture
+def address(service) -> str:
+    """``service`` served over gRPC in process: its address."""
+    server, port = start_grpc_server(service, "127.0.0.1", 0)
+    yield f"127.0.0.1:{port}"
+    server.stop(grace=None).wait()
 
 
 @pytest.fixture

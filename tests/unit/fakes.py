@@ -27,11 +27,12 @@ def savepoint_config(directory: Path, worker_count: int = 2) -> SavepointConfig:
                            timeout_s=SAVEPOINT_TIMEOUT_S, worker_count=worker_count)
 
 
-def new_service(clock: FakeClock, directory: Path, worker_count: int = 2) -> ControllerService:
+def new_service(clock: FakeClock, directory: Path, worker_count: int = 2, **extra) -> ControllerService:
     """A controller core with the fake clock and session ids s1, s2, ...,
     started as ``controller/main.py`` does over the files in ``directory``
-    (a second one over the same directory is the controller restarted)."""
+    (a second one over the same directory is the controller restarted);
+    ``extra``: more of ``ControllerService``'s arguments (``save_table``)."""
     ids = itertools.count(1)
     savepoints, _ = SavepointService.open(savepoint_config(directory, worker_count), clock=clock)
     return ControllerService(ServiceConfig(worker_count=worker_count), clock=clock, savepoints=savepoints,
-                             new_session_id=lambda: f"s{next(ids)}")
+                             new_session_id=lambda: f"s{next(ids)}", **extra)

@@ -161,17 +161,17 @@ def test_highest_id_ever_of_an_empty_store_is_zero(store):
 
 
 def test_garbage_collection_deletes_only_unreferenced_blobs(store, tmp_path):
-    kept = checkpoint(store, tmp_path / "src", 2, {"metadata": b"shared", "offsets/1": b"kept"})
-    old = checkpoint(store, tmp_path / "src", 1, {"metadata": b"shared", "offsets/0": b"old content"})
+    kept = checkpoint(store, tmp_path / "src", 2, {"metadata": b"shared", "offsets/3": b"kept"})
+    old = checkpoint(store, tmp_path / "src", 1, {"metadata": b"shared", "offsets/2": b"old content"})
     store.delete(old.checkpoint_id)
     freed = store.collect_garbage(kept.digests())
     assert freed == len(b"old content")
-    assert not store.has_blob(old.queries[0].files["offsets/0"].sha256)
+    assert not store.has_blob(old.queries[0].files["offsets/2"].sha256)
     store.verify(kept)
 
 
 def test_garbage_collection_removes_stray_temporary_copies(store, tmp_path):
-    kept = checkpoint(store, tmp_path / "src", 1, {"metadata": b"m"})
+    kept = checkpoint(store, tmp_path / "src", 1, {"metadata": b"m", "offsets/3": b"o"})
     stray = write(store.blobs / ".blob.x1y2.tmp", b"half a copy a crash interrupted")
     store.collect_garbage(kept.digests())
     assert not stray.exists()

@@ -1,5 +1,5 @@
 """``sparkpoint savepoint ...`` against the real REST app, served by uvicorn
-in a thread over real HTTP. The CLI's waits run on the fake clock: each of
+in a thread over real HTTP (``url``, tests/unit/conftest.py). The CLI's waits run on the fake clock: each of
 its sleeps lets the test's workers take one step. Output tables and exit
 statuses: 0 done, 1 error, 2 refused."""
 

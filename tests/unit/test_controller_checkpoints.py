@@ -8,7 +8,6 @@ import pytest
 
 from controller.checkpointing.store import ControllerCheckpointError, ControllerCheckpointStore
 from controller.core.service import InvalidSnapshot
-from controller.grpc.servicer import start_grpc_server
 from sparkpoint.messages import (
     CheckpointInfo,
     ProgressReport,
@@ -35,17 +34,23 @@ def registration(worker_id="w0", index=0, checkpoints=()) -> Registration:
                         node_names=("src", "counts"), checkpoints=tuple(checkpoints))
 
 
+def commit(service, worker_id: str, info: CheckpointInfo):
+    """A commit in the worker's current session, as the worker sends it."""
+    record = service.worker(worker_id)
+    return service.commit_checkpoint(worker_id, info, record.session_id if record else "s0")
+
+
 # --- commit_checkpoint --------------------------------------------------------------
 
 def test_commit_from_an_unknown_worker(service):
-    outcome = service.commit_checkpoint("w9", checkpoint(1))
+    outcome = commit(service, "w9", checkpoint(1))
     assert (outcome.status, outcome.completed_checkpoint_id) == (ReportStatus.UNKNOWN_WORKER, 0)
 
 
 def test_a_newer_checkpoint_is_accepted(service):
     service.register(registration())
     for checkpoint_id in (1, 3):
-        outcome = service.commit_checkpoint("w0", checkpoint(checkpoint_id))
+        outcome = commit(service, "w0", checkpoint(checkpoint_id))
         assert (outcome.status, outcome.completed_checkpoint_id) == (ReportStatus.ACCEPTED, checkpoint_id)
     record = service.worker("w0")
     assert record.last_checkpoint == checkpoint(3)
@@ -55,8 +60,8 @@ def test_a_newer_checkpoint_is_accepted(service):
 @pytest.mark.parametrize("checkpoint_id", [2, 1])
 def test_a_same_or_older_checkpoint_is_a_duplicate_naming_the_newest(service, checkpoint_id):
     service.register(registration())
-    service.commit_checkpoint("w0", checkpoint(2))
-    outcome = service.commit_checkpoint("w0", checkpoint(checkpoint_id, batch_id=0))
+    commit(service, "w0", checkpoint(2))
+    outcome = commit(service, "w0", checkpoint(checkpoint_id, batch_id=0))
     assert (outcome.status, outcome.completed_checkpoint_id) == (ReportStatus.DUPLICATE, 2)
     assert service.worker("w0").last_checkpoint == checkpoint(2)
     assert service.worker("w0").checkpoints_completed == 1
@@ -66,7 +71,7 @@ def test_a_same_or_older_checkpoint_is_a_duplicate_naming_the_newest(service, ch
 
 def test_restore_what_the_worker_holds_when_the_controller_knows_a_newer_one(service):
     service.register(registration())
-    service.commit_checkpoint("w0", checkpoint(3))
+    commit(service, "w0", checkpoint(3))
     # The worker's volume lost checkpoint 3.
     result = service.register(registration(checkpoints=[checkpoint(1), checkpoint(2)]))
     assert result.restore.checkpoint_id == 2
@@ -75,7 +80,7 @@ def test_restore_what_the_worker_holds_when_the_controller_knows_a_newer_one(ser
 
 def test_restore_the_workers_newer_checkpoint(service):
     service.register(registration())
-    service.commit_checkpoint("w0", checkpoint(3))
+    commit(service, "w0", checkpoint(3))
     # Durable on the volume, its commit never reached the controller.
     result = service.register(registration(checkpoints=[checkpoint(4), checkpoint(5)]))
     assert result.restore.checkpoint_id == 5
@@ -91,7 +96,7 @@ def test_no_checkpoints_restores_nothing(service):
 
 def test_no_checkpoints_on_the_volume_restores_nothing_but_keeps_the_id(service):
     service.register(registration())
-    service.commit_checkpoint("w0", checkpoint(3))
+    commit(service, "w0", checkpoint(3))
     result = service.register(registration())
     assert result.restore.checkpoint_id is None
     assert result.last_checkpoint_id == 3
@@ -104,7 +109,7 @@ def test_snapshot_round_trip_through_the_controller_checkpoint_store(service, cl
     service.register(registration("w1", 1))
     service.report_progress(ProgressReport("w0", "s1", 1, WorkerState.RUNNING,
                                            (QueryProgress("counts", 3, {"0": 120}, 40, 2.5),)))
-    service.commit_checkpoint("w0", checkpoint(4))
+    commit(service, "w0", checkpoint(4))
     store = ControllerCheckpointStore(tmp_path / "controller")
     store.save(service.snapshot())
 
@@ -117,8 +122,8 @@ def test_snapshot_round_trip_through_the_controller_checkpoint_store(service, cl
     # The worker carries on without registering again.
     assert restarted.report_progress(ProgressReport("w0", "s1", 2, WorkerState.RUNNING)).status \
         is ReportStatus.ACCEPTED
-    assert restarted.commit_checkpoint("w0", checkpoint(4)).status is ReportStatus.DUPLICATE
-    assert restarted.commit_checkpoint("w0", checkpoint(5)).status is ReportStatus.ACCEPTED
+    assert commit(restarted, "w0", checkpoint(4)).status is ReportStatus.DUPLICATE
+    assert commit(restarted, "w0", checkpoint(5)).status is ReportStatus.ACCEPTED
 
 
 def test_no_controller_checkpoint_yet_loads_none(tmp_path):
@@ -154,7 +159,7 @@ def test_a_controller_checkpoint_with_malformed_workers_is_refused(service, cloc
 
 def test_status_shows_the_last_checkpoint_and_its_age(service, clock):
     service.register(registration())
-    service.commit_checkpoint("w0", checkpoint(4, batch_id=7, created_at=clock.now - 30))
+    commit(service, "w0", checkpoint(4, batch_id=7, created_at=clock.now - 30))
     clock.now += 12
     view = service.status().workers[0].last_checkpoint
     assert (view.checkpoint_id, view.age_s) == (4, 42.0)
@@ -186,13 +191,6 @@ def manifest(checkpoint_id: int) -> Manifest:
     return Manifest(checkpoint_id=checkpoint_id, worker_id="w0", created_at=990.25, duration_ms=18.5,
                     bytes_copied=300, node_names=("src", "counts"),
                     queries=(ManifestCut("counts", 3, {"0": 120, "1": 64}, files),))
-
-
-@pytest.fixture
-def address(service):
-    server, port = start_grpc_server(service, "127.0.0.1", 0)
-    yield f"127.0.0.1:{port}"
-    server.stop(grace=None).wait()
 
 
 @pytest.fixture

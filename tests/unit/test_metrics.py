@@ -19,6 +19,7 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    VolumeUse,
     WorkerState,
 )
 from tests.unit.savepoint_support import take
@@ -51,6 +52,8 @@ FAMILIES = {
     "sparkpoint_worker_checkpoints_dropped": "counter",
     "sparkpoint_worker_checkpoints_failed": "counter",
     "sparkpoint_worker_checkpoints_durable": "gauge",
+    "sparkpoint_worker_checkpoint_volume_used_bytes": "gauge",
+    "sparkpoint_worker_checkpoint_volume_free_bytes": "gauge",
     "sparkpoint_worker_restored_checkpoint_id": "gauge",
     "sparkpoint_worker_recovering": "gauge",
     "sparkpoint_worker_recovery_remaining_bytes": "gauge",
@@ -112,7 +115,7 @@ def run_a_while(service, clock) -> None:
     service.report_progress(ProgressReport(
         "w0", w0.session_id, 2, WorkerState.RUNNING, (query,), restored_checkpoint_id=3,
         recovery=Recovery(False, 5000, 5000, started_at=clock.now - 13, duration_ms=12_500.0), sinks=(sink,),
-        dropped_checkpoints=2, failed_checkpoints=1,
+        dropped_checkpoints=2, failed_checkpoints=1, checkpoint_volume=VolumeUse(7 << 30, 3 << 30),
         checkpoints=(CheckpointInfo(3, duration_ms=900.0), CheckpointInfo(4, duration_ms=180.0),
                      CheckpointInfo(5, duration_ms=2600.0, created_at=clock.now))))
     service.commit_checkpoint("w0", CheckpointInfo(5, size_bytes=5000, duration_ms=2600.0, created_at=clock.now - 1,
@@ -155,6 +158,10 @@ def test_values_are_the_controllers_state_at_scrape_time(service, clock, rest):
     assert value(m, "sparkpoint_worker_checkpoints_failed", "sparkpoint_worker_checkpoints_failed_total",
                  worker="w0") == 1
     assert value(m, "sparkpoint_worker_checkpoints_durable", worker="w0") == 3
+    assert value(m, "sparkpoint_worker_checkpoint_volume_used_bytes", worker="w0") == 7 << 30
+    assert value(m, "sparkpoint_worker_checkpoint_volume_free_bytes", worker="w0") == 3 << 30
+    assert ("sparkpoint_worker_checkpoint_volume_free_bytes", (("worker", "w1"),)) \
+        not in m["sparkpoint_worker_checkpoint_volume_free_bytes"]["samples"]      # w1 has not reported it yet
     assert value(m, "sparkpoint_worker_restored_checkpoint_id", worker="w0") == 3
     assert value(m, "sparkpoint_worker_recovering", worker="w0") == 0
     assert value(m, "sparkpoint_worker_recoveries", "sparkpoint_worker_recoveries_total", worker="w0") == 1
@@ -216,3 +223,14 @@ def test_savepoints_and_finished_nodes(pipeline, service, clock, rest):
     finished = {n: value(m, "sparkpoint_pipeline_node_finished", node=n, kind=k.kind, stateful=str(k.stateful).lower())
                 for n, k in ((k.name, k) for k in NODES)}
     assert finished == {"trades": 1, "vwap": 0, "vwap_out": 0}     # vwap: only w0 finished it
+
+
+def test_a_released_worker_that_registers_again_is_observed_afresh(service, clock, rest):
+    run_a_while(service, clock)
+    clock.now += 60
+    service.release_worker("w0")
+    assert "w0" not in rest.get("/history").json()["workers"]
+    service.register(Registration("w0", 0, 2, "fp-1", (), ()))
+    m = scrape(rest)
+    for histogram in ("sparkpoint_worker_checkpoint_duration_seconds", "sparkpoint_worker_recovery_duration_seconds"):
+        assert value(m, histogram, histogram + "_count", worker="w0") == 0

@@ -164,6 +164,8 @@ def test_worker_index_must_be_below_count():
     ("SP_MAX_RECORDS_PER_BATCH", "-5"),
     ("SP_SPARK_UI_PORT", "0"),
     ("SP_SPARK_UI_PORT", "ui"),
+    ("SP_WORKER_ID", "../worker-0"),
+    ("SP_WORKER_ID", "w" * 65),
 ])
 def test_worker_bad_values_name_the_variable(variable, value):
     settings_error(lambda: WorkerSettings.from_env({variable: value}), variable)

@@ -92,11 +92,14 @@ def stored_checkpoint(tmp_path):
     from worker.checkpointing.store import CheckpointStore
 
     store = CheckpointStore(tmp_path / "checkpoints")
-    source = tmp_path / "offsets-0"
-    source.write_bytes(b"v1\n{}\n{}")
-    blob = store.put_file(source)
-    store.write_manifest(Manifest(4, "worker-0", 1.0, 1.0, blob.size, ("src",), (
-        QueryCut("out", 0, {"0": 10}, {"offsets/0": FileEntry(blob.sha256, blob.size)}),)))
+    files = {}
+    for path, content in (("metadata", b'{"id":"q"}'), ("offsets/0", b"v1\n{}\n{}")):
+        source = tmp_path / path.replace("/", "-")
+        source.write_bytes(content)
+        blob = store.put_file(source)
+        files[path] = FileEntry(blob.sha256, blob.size)
+    store.write_manifest(Manifest(4, "worker-0", 1.0, 1.0, sum(e.size for e in files.values()), ("src",), (
+        QueryCut("out", 0, {"0": 10}, files),)))
     return store
 
 

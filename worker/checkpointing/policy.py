@@ -70,6 +70,17 @@ def retention_plan(checkpoint_ids: Iterable[int], keep_last: int, pinned: Iterab
     return [checkpoint_id for checkpoint_id in ordered if checkpoint_id not in keep]
 
 
+def pressure_plan(checkpoint_ids: Iterable[int], newest_complete: int, pinned: Iterable[int] = ()) -> list[int]:
+    """Ids to delete when the volume is full: every unpinned checkpoint
+    older than the newest complete one. A restore needs that one or a newer
+    one (never one below a published mark, and marks only follow
+    completions); the older ones were fallbacks only. Nothing while no
+    checkpoint is complete."""
+    spared = set(pinned)
+    return [checkpoint_id for checkpoint_id in sorted(set(checkpoint_ids))
+            if checkpoint_id < newest_complete and checkpoint_id not in spared]
+
+
 class Notified(enum.Enum):
     DELIVERED = "delivered"
     SUBSUMED = "subsumed"    # an equal or newer completion was already delivered
@@ -81,8 +92,9 @@ class CompletionNotifier:
     checkpoint before k is complete too, so listeners only ever see
     increasing ids and a late or repeated one is dropped."""
 
-    def __init__(self) -> None:
-        self.last_completed = 0
+    def __init__(self, last_completed: int = 0) -> None:
+        """``last_completed``: complete already (the checkpoint a run restored)."""
+        self.last_completed = last_completed
         self._listeners: list[Callable[[int], None]] = []
 
     def subscribe(self, listener: Callable[[int], None]) -> None:

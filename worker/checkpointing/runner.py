@@ -6,7 +6,10 @@
   starts as soon as none is in flight;
 - the *writer* takes the checkpoint, applies retention and garbage
   collection, and hands the durable checkpoint to ``on_durable`` (the sinks'
-  publisher learns each query's batch in it) and to the committer;
+  publisher learns each query's batch in it) and to the committer. On a
+  full volume it first frees space (``pressure_plan``: every unpinned
+  checkpoint older than the newest complete one, then their files) and
+  tries once more before the checkpoint counts as failed;
 - the *committer* commits the newest durable checkpoint to the controller,
   retrying with backoff while it is unreachable; an older one still waiting
   is simply replaced (a newer checkpoint subsumes it). The controller's
@@ -15,6 +18,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -27,11 +31,19 @@ from sparkpoint.backoff import Backoff
 from sparkpoint.errors import describe_error
 from sparkpoint.messages import CheckpointInfo
 from worker.checkpointing.manifest import Manifest
-from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier, Tick, retention_plan
+from worker.checkpointing.policy import (
+    CheckpointScheduler,
+    CompletionNotifier,
+    Tick,
+    pressure_plan,
+    retention_plan,
+)
 from worker.checkpointing.store import CheckpointStore
 from worker.checkpointing.writer import CheckpointWriter
 
 log = logging.getLogger("sparkpoint.worker.checkpoint")
+
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
 
 
 @dataclass(frozen=True)
@@ -94,8 +106,12 @@ class CheckpointCommitter:
 class CheckpointRunner:
     def __init__(self, writer: CheckpointWriter, store: CheckpointStore, scheduler: CheckpointScheduler,
                  committer: CheckpointCommitter, *, retain: int, clock_ms: Callable[[], float],
-                 tick_s: float = 0.05, on_durable: Callable[[Manifest], None] = lambda manifest: None) -> None:
+                 tick_s: float = 0.05, on_durable: Callable[[Manifest], None] = lambda manifest: None,
+                 newest_complete: Callable[[], int] = lambda: 0) -> None:
+        """``newest_complete``: the newest checkpoint known complete (what a
+        full volume's retention must keep, with everything newer)."""
         self._writer = writer
+        self._newest_complete = newest_complete
         self._store = store
         self._scheduler = scheduler
         self._committer = committer
@@ -167,12 +183,11 @@ class CheckpointRunner:
                 checkpoint_id, self._due = self._due, None
                 requests, self._due_requests = self._due_requests, []
             empty = False
-            kept: list[Manifest] = []
             try:
-                manifest = self._writer.take(checkpoint_id)
+                manifest = self._take(checkpoint_id)
                 empty = manifest is None
                 if manifest is not None:
-                    kept = self._retire_old()
+                    self._retire(retention_plan(self._store.checkpoint_ids(), self._retain, self._pinned_now()))
             except Exception as error:
                 log.exception("checkpoint %d failed", checkpoint_id)
                 with self._lock:
@@ -186,7 +201,6 @@ class CheckpointRunner:
             if manifest is not None:
                 with self._lock:
                     self.last = manifest
-                    self._durable = tuple(m.info() for m in kept)
                 log.info("checkpoint %d durable: %d bytes (%d copied) in %.0f ms", manifest.checkpoint_id,
                          manifest.size_bytes, manifest.bytes_copied, manifest.duration_ms)
                 # Before the commit: its completion may only arrive once the cut is known.
@@ -208,18 +222,49 @@ class CheckpointRunner:
         for on_taken in requests:
             on_taken(covering)
 
-    def _retire_old(self) -> list[Manifest]:
-        """Retention (sparing pinned checkpoints), then garbage collection of
-        what no kept checkpoint references; returns the kept ones, oldest first."""
+    def _take(self, checkpoint_id: int) -> Manifest | None:
+        """Take the checkpoint; if the volume is full, free space by
+        retention (``pressure_plan``) and try once more. Raises OSError
+        saying so if there is still no room."""
+        manifest, full = self._take_unless_full(checkpoint_id)
+        if full is None:
+            return manifest
+        doomed = pressure_plan(self._store.checkpoint_ids(), self._newest_complete(), self._pinned_now())
+        if doomed:
+            freed = self._retire(doomed)
+            log.warning("checkpoint %d: the checkpoint volume is full; deleted checkpoints %s (%d bytes of files), "
+                        "trying again", checkpoint_id, ", ".join(map(str, doomed)), freed)
+            manifest, full = self._take_unless_full(checkpoint_id)
+            if full is None:
+                return manifest
+        why = (f" even after deleting checkpoints {', '.join(map(str, doomed))}" if doomed else
+               ", and nothing is left to delete but the newest complete checkpoint, newer and pinned ones")
+        raise OSError(full.errno, f"{full.strerror}: the checkpoint volume is full{why}")
+
+    def _take_unless_full(self, checkpoint_id: int) -> tuple[Manifest | None, OSError | None]:
+        """The checkpoint, or the error saying the volume is full (any other is raised)."""
+        try:
+            return self._writer.take(checkpoint_id), None
+        except OSError as error:
+            if error.errno not in NO_SPACE:
+                raise
+            return None, error
+
+    def _pinned_now(self) -> frozenset[int]:
         with self._lock:
-            pinned = self._pinned
-        doomed = retention_plan(self._store.checkpoint_ids(), self._retain, pinned)
+            return self._pinned
+
+    def _retire(self, doomed: list[int]) -> int:
+        """Delete these checkpoints, then the files no kept checkpoint
+        references; the kept ones are the durable ones reported from now on.
+        Returns the bytes freed."""
         for checkpoint_id in doomed:
             self._store.delete(checkpoint_id)
         kept, _ = self._store.readable()
         referenced = set().union(*(m.digests() for m in kept)) if kept else set()
-        self._store.collect_garbage(referenced)
-        return kept
+        with self._lock:
+            self._durable = tuple(m.info() for m in kept)
+        return self._store.collect_garbage(referenced)
 
     def stop(self) -> None:
         self._stop.set()

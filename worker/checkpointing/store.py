@@ -163,7 +163,14 @@ class CheckpointStore:
         return problems
 
     def verify(self, manifest: Manifest) -> None:
-        """Check every file is present with the recorded size and digest."""
+        """Check each query's cut is whole (``QueryCut.missing_files``: a torn
+        cut would make Spark start over silently) and every file is present
+        with the recorded size and digest."""
+        for query in manifest.queries:
+            missing = query.missing_files()
+            if missing:
+                raise CorruptCheckpoint(f"checkpoint {manifest.checkpoint_id}: query {query.name} is a torn cut at "
+                                        f"batch {query.batch_id}: it lacks {' and '.join(missing)}")
         for query in manifest.queries:
             for path, entry in query.files.items():
                 blob = self.blob_path(entry.sha256)

@@ -14,6 +14,11 @@ from worker.checkpointing.manifest import FileEntry, Manifest, QueryCut
 from worker.checkpointing.store import CheckpointStore
 
 
+class TornCut(RuntimeError):
+    """A query's cut lacks what Spark needs to resume it (its ``metadata``
+    vanished): the checkpoint is not written."""
+
+
 @dataclass(frozen=True)
 class _Seen:
     size: int
@@ -84,7 +89,8 @@ class CheckpointWriter:
 
         Steps:
         1. Fix each query's cut: its latest committed batch N and the files of it.
-        2. Copy into the store what it does not already hold (by content), fsynced.
+        2. Copy into the store what it does not already hold (by content),
+           fsynced; a cut without what Spark needs to resume is ``TornCut``.
         3. Write the manifest atomically: only now is the checkpoint durable.
         """
         started = self._clock()
@@ -116,7 +122,10 @@ class CheckpointWriter:
                     continue
                 files[path], added = stored
                 copied += added
-            queries.append(QueryCut(query, batch, offsets, files, self.layouts.get(query)))
+            cut = QueryCut(query, batch, offsets, files, self.layouts.get(query))
+            if cut.missing_files():
+                raise TornCut(f"query {query} at batch {batch} lacks {' and '.join(cut.missing_files())}")
+            queries.append(cut)
         self._faults.hit("checkpoint.blobs_copied")
         # 3.
         manifest = Manifest(

@@ -7,7 +7,7 @@ import logging
 import threading
 from functools import partial
 
-from sparkpoint.messages import Export, ReportOutcome, Restart
+from sparkpoint.messages import Export, RegisterResult, ReportOutcome, Restart
 from sparkpoint.paths import UnsafePath, resolve_under_root
 from worker.checkpointing.manifest import ManifestError
 from worker.checkpointing.runner import CheckpointRunner
@@ -47,6 +47,15 @@ class CommandExecutor:
         if self.runner is not None:
             self.runner.pin(self.book.pinned())
 
+    def on_registered(self, result: RegisterResult) -> None:
+        """A registration in the middle of the run (the reporter's): one that
+        hands over a savepoint to restore must be carried out, so restart
+        (the next registration gets the plan again)."""
+        if result.restore.savepoint_id and not self.restart.is_set():
+            log.info("the controller holds savepoint %s for this worker: restarting to restore it",
+                     result.restore.savepoint_id)
+            self.restart.set()
+
     def _take_checkpoint(self, savepoint_id: str) -> None:
         if self.runner is None:
             # Checkpoints are off (or not started yet): the controller keeps
@@ -60,7 +69,7 @@ class CommandExecutor:
     def export(self, export: Export) -> None:
         """Write this worker's checkpoint of a savepoint under SP_SAVEPOINT_DIR."""
         try:
-            directory = resolve_under_root(self._settings.savepoint_dir, export.dir)
+            directory = resolve_under_root(self._settings.savepoint_dir, export.dir, max_depth=None)
             export_checkpoint(self._store, export.checkpoint_id, directory)
         except (UnsafePath, ManifestError, CorruptCheckpoint, OSError) as error:
             log.error("savepoint %s: export of checkpoint %d to %s failed: %s", export.savepoint_id,

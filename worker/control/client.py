@@ -34,7 +34,8 @@ class RegistrationRefused(Exception):
 
 
 class NotRegistered(Exception):
-    """The controller has no record of this worker: register again, then retry."""
+    """The controller has no record of this worker, or holds a newer
+    registration of it: register again, then retry."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,10 @@ class ControllerClient:
             # A restarted controller that has not seen us yet: the reporter
             # re-registers; this commit is retried.
             raise NotRegistered("the controller does not know this worker yet (restarted?)")
+        if outcome.status is ReportStatus.STALE:
+            # Our session is not the controller's current one for this
+            # worker: the reporter re-registers; this commit is retried.
+            raise NotRegistered("the controller holds a newer registration of this worker")
         return outcome.completed_checkpoint_id
 
     def close(self) -> None:

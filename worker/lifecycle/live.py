@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkpoint.messages import ProgressReport, QueryProgress, Recovery, WorkerState
+from sparkpoint.messages import ProgressReport, QueryProgress, Recovery, VolumeUse, WorkerState
 from worker.api.graph import Pipeline
 from worker.checkpointing.manifest import Manifest
 from worker.checkpointing.runner import CheckpointRunner
@@ -31,6 +33,15 @@ def worker_state(queries: list[QueryProgress], expected: int, recovering: bool =
     if len(queries) == expected and all(q.batch_id >= 0 for q in queries):
         return WorkerState.RUNNING
     return WorkerState.STARTING
+
+
+def volume_use(directory: Path) -> VolumeUse:
+    """The filesystem of ``directory``: bytes used, and free for this worker."""
+    try:
+        usage = shutil.disk_usage(directory)
+    except OSError:
+        return VolumeUse()
+    return VolumeUse(usage.used, usage.free)
 
 
 @dataclass
@@ -63,6 +74,7 @@ class LiveRun:
             dropped_checkpoints=stats.dropped if stats else 0,
             failed_checkpoints=stats.failed if stats else 0,
             checkpoint_error=stats.error if stats else "",
+            checkpoint_volume=volume_use(settings.checkpoint_dir),
             restored_checkpoint_id=self.restored.checkpoint_id if self.restored else 0,
             recovery=recovery,
             sinks=tuple(publisher.statuses()),

@@ -54,7 +54,7 @@ def import_savepoint(store: CheckpointStore, settings: WorkerSettings, target: R
                                  "--allow-republish, or into a fresh deployment")
     new_id = max(store.highest_id_ever(), last_id) + 1
     try:
-        directory = resolve_under_root(settings.savepoint_dir, target.import_dir)
+        directory = resolve_under_root(settings.savepoint_dir, target.import_dir, max_depth=None)
         import_checkpoint(directory, target.checkpoint_id, store, new_id)
     except (UnsafePath, ManifestError, CorruptCheckpoint, OSError) as error:
         exit_with_error(PROGRAM, f"savepoint {target.savepoint_id}: cannot import {target.import_dir} "

@@ -13,7 +13,8 @@ Steps (``serve``):
    source from the restored offsets.
 7. Checkpoint, publish, report progress and carry out the controller's
    commands in the background; supervise the queries until one fails, the
-   controller asks for a restart (a savepoint restore), or SIGTERM arrives.
+   controller asks for a restart (a savepoint restore) or refuses this
+   worker (released, its index taken), or SIGTERM arrives.
 
 Steps 1 and 2 (settings, the fence, the Spark session) are ``worker.main``'s.
 """
@@ -103,9 +104,10 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
                       last_checkpoint_id: int, query_root) -> CheckpointWriter:
     """Step 7's checkpoint threads: each durable checkpoint goes to the
     publisher (its cuts), then to the controller; each completion back to the
-    publisher. Returns the writer (finished nodes are set on it)."""
+    publisher (the restored checkpoint counts as complete). Returns the
+    writer (finished nodes are set on it)."""
     settings, layout = session.settings, session.layout
-    notifier = CompletionNotifier()
+    notifier = CompletionNotifier(live.restored.checkpoint_id if live.restored else 0)
     notifier.subscribe(publisher.completed)
     writer = CheckpointWriter(session.store, query_root, settings.worker_id, layout.node_names, layout.fingerprint,
                               faults=FaultInjector(settings.test_fault, settings.checkpoint_dir),
@@ -115,19 +117,25 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
                                     last_id=max(session.store.highest_id_ever(), last_checkpoint_id))
     live.runner = CheckpointRunner(
         writer, session.store, scheduler, CheckpointCommitter(session.client.commit_checkpoint, notifier),
-        retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=publisher.durable)
+        retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=publisher.durable,
+        newest_complete=lambda: notifier.last_completed)
     commands.attach(live.runner)
     live.runner.start()
     return writer
 
 
 def supervise(live: LiveRun, pipeline: Pipeline, restart: threading.Event, stop: threading.Event,
-              on_finished: Callable[[], None]) -> RunEnd:
-    """Watch the queries until one fails, a restart is asked for, or ``stop``.
-    A bounded branch whose query ends without error is finished: its nodes
-    are recorded (``on_finished``), and the others go on."""
+              refused: threading.Event, on_finished: Callable[[], None]) -> RunEnd:
+    """Watch the queries until one fails, a restart is asked for, the
+    controller refuses this worker (``refused``: it was released, and
+    another worker id holds its index), or ``stop``. A bounded branch whose
+    query ends without error is finished: its nodes are recorded
+    (``on_finished``), and the others go on."""
     bounded = {b.sink.name for b in pipeline.branches if b.bounded}
     while not stop.is_set() and not restart.is_set():
+        if refused.is_set():
+            log.error("stopping: the controller no longer accepts this worker")
+            return RunEnd.FAILED
         for query in live.queries:
             if query.isActive or query.name in live.finished:
                 continue
@@ -167,7 +175,8 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
     live = LiveRun(expected_queries=len(pipeline.branches), pipeline=pipeline)
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),
-                        settings.report_interval_ms / 1000, on_reply=commands.on_reply)
+                        settings.report_interval_ms / 1000, on_reply=commands.on_reply,
+                        on_registered=commands.on_registered)
     reporter.start()
     listener = None
     try:
@@ -205,7 +214,7 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
                 writer.finished_nodes = pipeline.finished_nodes(live.finished)
                 live.runner.request(lambda checkpoint_id: None)
 
-        end = supervise(live, pipeline, commands.restart, stop, finished)
+        end = supervise(live, pipeline, commands.restart, stop, reporter.refused, finished)
         if live.runner is not None:
             live.runner.stop()
         for query in live.queries:

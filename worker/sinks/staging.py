@@ -3,24 +3,61 @@ to. Tasks write Parquet files (fsynced) into the run's staging directory;
 ``commit(messages, batchId)`` (run by Spark in a Python process of its own)
 moves them into the batch's directory atomically. The layout and the
 publisher's view of it: ``worker.publishing.staging``.
+
+A full volume is waited out (``wait_for_space``): the batch, and so its
+query, stalls until the publisher (which deletes what it published) or
+checkpoint retention frees space. Failing the task instead would fail the
+query, and the worker would exit and restart into the same full volume
+again and again.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from sparkpoint.backoff import Backoff
 from sparkpoint.fileio import fsync_dir
 from worker.publishing.staging import batch_dir_name
 
 FORMAT = "sparkpoint_staging"
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+log = logging.getLogger("sparkpoint.worker.staging")
+T = TypeVar("T")
+
+
+def wait_for_space(attempt: Callable[[], T], what: str, *, backoff: Backoff | None = None) -> T:
+    """``attempt()``, tried again with backoff for as long as it fails for
+    lack of space (it must leave nothing behind when it fails); any other
+    error is raised."""
+    backoff = backoff or Backoff(initial_s=0.5, maximum_s=10.0)
+    waited = False
+    while True:
+        try:
+            result = attempt()
+        except OSError as error:
+            if error.errno not in NO_SPACE:
+                raise
+            if not waited:
+                log.warning("%s: %s; waiting for space (the publisher and checkpoint retention free it)",
+                            what, error.strerror)
+                waited = True
+            time.sleep(backoff.next_delay())
+            continue
+        if waited:
+            log.warning("%s: space again, staged", what)
+        return result
 
 
 @dataclass
@@ -51,12 +88,22 @@ class StagingStreamWriter(DataSourceStreamArrowWriter):
         batches = [batch for batch in iterator if batch.num_rows]
         if not batches:
             return StagedFile(None, 0)
-        path = self.run_dir / f".task-{uuid.uuid4().hex}.parquet"
-        with open(path, "xb") as f:
-            pq.write_table(pa.Table.from_batches(batches), f)
-            f.flush()
-            os.fsync(f.fileno())
-        return StagedFile(str(path), sum(batch.num_rows for batch in batches))
+        table = pa.Table.from_batches(batches)
+
+        def write_file() -> Path:
+            path = self.run_dir / f".task-{uuid.uuid4().hex}.parquet"
+            try:
+                with open(path, "xb") as f:
+                    pq.write_table(table, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except BaseException:
+                path.unlink(missing_ok=True)
+                raise
+            return path
+
+        path = wait_for_space(write_file, f"staging in {self.run_dir}")
+        return StagedFile(str(path), table.num_rows)
 
     def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
         """Steps:
@@ -66,7 +113,8 @@ class StagingStreamWriter(DataSourceStreamArrowWriter):
         """
         # 1.
         tmp = self.run_dir / f".{batch_dir_name(batchId)}-{uuid.uuid4().hex}.tmp"
-        tmp.mkdir()     # fails once the run is retired: a lingering run stages nothing
+        # Fails once the run is retired: a lingering run stages nothing.
+        wait_for_space(tmp.mkdir, f"staging batch {batchId} in {self.run_dir}")
         staged = [m for m in messages if isinstance(m, StagedFile) and m.path]
         for task, message in enumerate(staged):
             os.replace(message.path, tmp / f"{task:04d}.parquet")

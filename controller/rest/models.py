@@ -57,9 +57,11 @@ WorkerId = Annotated[str, Path(description=f"A worker id: {limits.NAME_RULE}",
 SavepointId = Annotated[str, Path(description="sp- and 6 to 12 digits, e.g. sp-000042",
                                   json_schema_extra={"pattern": ID_PATTERN})]
 
-# The label rule of controller.savepoints.model as a pattern: Python's \\w is
-# exactly str.isalnum() or '_', and the punctuation needs no escape in a class.
-_LABEL_CHAR = "[\\w_.,:()/+@#-]"
+# The label rule of controller.savepoints.model as a pattern, read as JSON
+# Schema reads one (ECMA-262 with Unicode): str.isalnum() is exactly the
+# Unicode categories L and N (\w there is ASCII only, unlike Python's), and
+# the punctuation needs no escape in a class.
+_LABEL_CHAR = "[\\p{L}\\p{N}_.,:()/+@#-]"
 LABEL_PATTERN = f"^(?:{_LABEL_CHAR}(?:[ {_LABEL_CHAR[1:-1]}]*{_LABEL_CHAR})?)?$"
 _PATH_RULE = f"relative to the savepoint root (SP_SAVEPOINT_DIR): {PATH_RULE}; no link leading out of the root"
 

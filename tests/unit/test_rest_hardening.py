@@ -12,6 +12,7 @@ import json
 import os
 import re
 
+import jsonschema_rs
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
@@ -325,15 +326,25 @@ def test_a_dispose_that_cannot_delete_the_record_is_503_and_keeps_it(rest, pipel
 
 # --- the documented rules are the enforced ones ------------------------------------------------
 
-@given(st.text(max_size=12) | st.from_regex(LABEL_PATTERN, fullmatch=True))
-@settings(max_examples=300, deadline=None)
+# Characters assigned in Python's Unicode version: the validator's tables
+# may be newer, and a character Python does not know yet is no letter to it.
+_ASSIGNED = st.characters(exclude_categories=("Cn", "Cs"))
+_LABEL_CHARS = st.characters(categories=("L", "N")) | st.sampled_from(" -_.,:()/+@#")
+
+
+@given(st.text(_ASSIGNED, max_size=12) | st.text(_LABEL_CHARS, max_size=12))
+@settings(max_examples=500, deadline=None)
 def test_the_label_pattern_says_what_validate_label_accepts(label):
+    """As the API's users and the REST fuzz read the pattern: as JSON Schema
+    does (ECMA-262, where \\w would be ASCII only), with the validator
+    schemathesis checks answers with."""
     try:
         validate_label(label)
         accepted = True
     except InvalidLabel:
         accepted = False
-    assert accepted == (re.fullmatch(LABEL_PATTERN, label) is not None and len(label) <= 100)
+    schema = jsonschema_rs.validator_for({"type": "string", "pattern": LABEL_PATTERN, "maxLength": 100})
+    assert accepted == schema.is_valid(label)
 
 
 @given(st.text(alphabet=st.sampled_from("ab./ ~-é\n"), max_size=10) | st.from_regex(PATH_PATTERN, fullmatch=True))

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from controller.grpc.servicer import DETAILS_MAX, start_grpc_server
 from controller.rest.app import create_app
+from sparkpoint.messages import Registration
 from sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 from tests.unit.fakes import FakeClock, new_service
@@ -246,14 +247,16 @@ def fields_within(descriptor: Descriptor) -> set[str]:
 
 
 def current(message, service):
-    """``message`` as w0's next in its current session: the next sequence
-    number and checkpoint id (what accepted it once would find it a duplicate)."""
-    record = service.worker("w0")
-    if message.DESCRIPTOR.name == "ProgressReport":
-        message.session_id, message.seq = record.session_id, record.last_seq + 1
-    if message.DESCRIPTOR.name == "CheckpointCommit":
-        message.session_id = record.session_id
-        message.checkpoint.checkpoint_id = record.last_checkpoint_id + 1
+    """``message`` from w0 registered afresh (what accepted one message would
+    find a duplicate the next time): its session's first report, a commit one
+    past its newest checkpoint."""
+    if message.DESCRIPTOR.name in ("ProgressReport", "CheckpointCommit"):
+        session = service.register(Registration("w0", 0, 2, "fp-1", ("src", "out"))).session_id
+        message.session_id = session
+        if message.DESCRIPTOR.name == "ProgressReport":
+            message.seq = 1
+        else:
+            message.checkpoint.checkpoint_id = service.worker("w0").last_checkpoint_id + 1
     return message
 
 

@@ -11,12 +11,17 @@ from pathlib import Path
 _CHUNK = 1 << 20
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory someone else wrote."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    fsync_path(directory)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

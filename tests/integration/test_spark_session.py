@@ -5,6 +5,7 @@ together used to corrupt it, and every task carrying it)."""
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 import pytest
 
 from sparkpoint.devstack import free_port
@@ -14,7 +15,6 @@ from tests.support import get_json
 from worker.runtime.queries import start_queries
 from worker.runtime.session import start_session
 from worker.settings import WorkerSettings
-from worker.sinks.staging import FORMAT as STAGING_FORMAT
 from worker.sources.log_source import FORMAT as LOG_FORMAT
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path)
     settings = WorkerSettings.from_env({"SP_SPARK_MASTER": "local[2]", "SP_LOG_DIR": str(tmp_path / "log"),
                                         "SP_MAX_RECORDS_PER_BATCH": "200"})
     log = EventLog.create(settings.log_dir / "trades", 2)
-    write_trades(log, 500, seed=3)
+    events = write_trades(log, 500, seed=3)
     trades = sp.read.from_log("trades", schema="id long, sym string, size long", name="trades", bounded=True)
     pipeline = sp.Pipeline.of(
         trades | sp.write.to_files("a", name="a_out"),
@@ -40,7 +40,7 @@ def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path)
     spark = start_session(settings)
     assert spark.sparkContext.uiWebUrl is None                  # Spark's UI is off by default
     try:
-        before = {name: shared_environment_keys(spark, name) for name in (LOG_FORMAT, STAGING_FORMAT)}
+        before = shared_environment_keys(spark, LOG_FORMAT)
         staging = {name: tmp_path / "staging" / name for name in ("a_out", "b_out")}
         for directory in staging.values():
             directory.mkdir(parents=True)
@@ -49,13 +49,18 @@ def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path)
             query.awaitTermination(300)
             assert query.exception() is None and not query.isActive
         assert all(query.lastProgress is not None for query in queries)
-        after = {name: shared_environment_keys(spark, name) for name in (LOG_FORMAT, STAGING_FORMAT)}
+        after = shared_environment_keys(spark, LOG_FORMAT)
     finally:
         spark.stop()
     assert after == before
     assert {"SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE",
-            "SPARK_PYTHON_RUNTIME"} <= before[LOG_FORMAT]
-
+            "SPARK_PYTHON_RUNTIME"} <= before
+    # Spark's Parquet writer staged every batch: each event once, only files with rows.
+    batches = sorted(staging["a_out"].glob("b*"))
+    files = [path for batch in batches for path in sorted(batch.iterdir())]
+    assert all(path.suffix == ".parquet" and pq.read_metadata(path).num_rows for path in files)
+    staged = [i for path in files for i in pq.read_table(path).column("id").to_pylist()]
+    assert sorted(staged) == sorted(event["id"] for event in events)
 
 def test_sparks_ui_serves_the_worker_on_the_port_asked_for(tmp_path):
     port = free_port()

@@ -35,7 +35,7 @@ from worker.checkpointing.runner import CheckpointCommitter, CheckpointRunner
 from worker.checkpointing.store import CheckpointStore
 from worker.checkpointing.writer import CheckpointWriter
 from worker.lifecycle.live import volume_use
-from worker.sinks.staging import StagingStreamWriter, wait_for_space
+from worker.sinks.staging import BatchStager, wait_for_space
 
 STATE = 4096        # each batch's own state file: what deleting its checkpoint frees
 
@@ -165,30 +165,28 @@ def waits(monkeypatch) -> list[float]:
     return slept
 
 
-def test_staging_waits_out_a_full_volume_and_stages_once_there_is_room(tmp_path, monkeypatch, waits, caplog):
+def test_staging_waits_out_a_full_volume_and_stages_once_there_is_room(tmp_path, waits, caplog):
     import pyarrow.parquet as pq
 
     run_dir = tmp_path / "staging" / "out" / "run-1"
     run_dir.mkdir(parents=True)
-    write_table = pq.write_table
     full = [True, True]
 
-    def filling(table, where, **kwargs):
+    def filling(ids: list[int], path: Path) -> None:
+        """Spark's writer: a job that fails on a full volume says so in its error's text."""
+        path.mkdir()
         if full:
             full.pop()
-            where.write(b"PAR1 half a file")
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        write_table(table, where, **kwargs)
+            (path / "part-00000-x-c000.snappy.parquet").write_bytes(b"PAR1 half a file")
+            raise RuntimeError("Job aborted. java.io.IOException: No space left on device")
+        pq.write_table(pa.table({"id": ids}), path / "part-00000-x-c000.snappy.parquet")
 
-    monkeypatch.setattr(pq, "write_table", filling)
-    writer = StagingStreamWriter(run_dir)
-    message = writer.write(iter([pa.RecordBatch.from_pydict({"id": [1, 2]})]))
-    assert message.rows == 2 and pq.read_table(message.path).column("id").to_pylist() == [1, 2]
-    assert [p.name for p in run_dir.iterdir()] == [Path(message.path).name]     # no half-written file left
+    BatchStager(run_dir, write=filling)([1, 2], 7)
     assert waits == [0.5, 1.0]
     assert "waiting for space" in caplog.text
-    writer.commit([message], 7)
+    assert [p.name for p in run_dir.iterdir()] == ["b0000000007"]     # no half-written file left
     assert [p.name for p in (run_dir / "b0000000007").iterdir()] == ["0000.parquet"]
+    assert pq.read_table(run_dir / "b0000000007" / "0000.parquet").column("id").to_pylist() == [1, 2]
 
 
 def test_waiting_for_space_retries_only_a_full_volume(waits):

@@ -1,6 +1,6 @@
 """Staging, the files target and the publisher, on temporary directories; no
-Spark session (the staging writer is called as Spark's Python worker would),
-an injected clock, no sleeps."""
+Spark session (the stager is handed a writer that lays files out as Spark's
+Parquet writer does), an injected clock, no sleeps."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from worker.publishing.publisher import Publication, Publisher
 from worker.publishing.staging import StagingArea
 from worker.publishing.targets import Outcome, files
 from worker.publishing.targets.files import FilesTarget, read_mark, read_published
-from worker.sinks.staging import StagedFile, StagingStreamWriter
+from worker.sinks.staging import BatchStager
 
 WORKER = "worker-0"
 
@@ -29,11 +29,21 @@ def rows(ids: list[int]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
 
 
+def spark_like(tasks: tuple[list[int], ...], path: Path) -> None:
+    """Write ``tasks`` (each task's ids) as Spark's Parquet writer lays a
+    batch out: a file per task, rows or not, each with a checksum file, and
+    a ``_SUCCESS`` marker."""
+    path.mkdir()
+    for task, ids in enumerate(tasks):
+        name = f"part-{task:05d}-6d1f-c000.snappy.parquet"
+        pq.write_table(pa.Table.from_batches([rows(ids)]), path / name)
+        (path / f".{name}.crc").write_bytes(b"crc")
+    (path / "_SUCCESS").write_bytes(b"")
+
+
 def stage(staging: StagingArea, batch_id: int, *tasks: list[int]) -> None:
-    """Stage a batch the way Spark does: each task writes, then commit."""
-    writer = StagingStreamWriter(staging.run_dir)
-    messages = [writer.write(iter([rows(ids)] if ids else [])) for ids in tasks]
-    writer.commit(messages, batch_id)
+    """Stage a batch the way the worker's ``foreachBatch`` does."""
+    BatchStager(staging.run_dir, write=spark_like)(tasks, batch_id)
 
 
 def fresh_staging(tmp_path: Path, run: str = "run-1", keep_through: int | None = None) -> StagingArea:
@@ -93,13 +103,11 @@ def test_recover_without_a_restored_checkpoint_forgets_everything(tmp_path):
 
 def test_a_killed_runs_lingering_spark_cannot_stage_after_the_next_run_started(tmp_path):
     first = fresh_staging(tmp_path, "run-1")
-    lingering = StagingStreamWriter(first.run_dir)
-    message = lingering.write(iter([rows([7])]))
+    lingering = BatchStager(first.run_dir, write=spark_like)
     StagingArea(first.root, "run-2").recover(keep_through=None)
     with pytest.raises(FileNotFoundError):
-        lingering.commit([message], 3)
-    with pytest.raises(FileNotFoundError):
-        lingering.write(iter([rows([8])]))
+        lingering(([7],), 3)
+    assert not first.run_dir.exists()           # not created again either
     assert StagingArea(first.root, "run-2").batches() == []
 
 
@@ -115,12 +123,24 @@ def test_recover_finishes_what_an_interrupted_recovery_left(tmp_path):
     assert [p.name for p in first.root.iterdir()] == ["run-3"]
 
 
-def test_abort_removes_the_tasks_files(tmp_path):
+def test_a_failed_write_leaves_nothing_staged(tmp_path):
     staging = fresh_staging(tmp_path)
-    writer = StagingStreamWriter(staging.run_dir)
-    message = writer.write(iter([rows([1])]))
-    writer.abort([message, StagedFile(None, 0)], 0)
+
+    def failing(tasks, path: Path) -> None:
+        spark_like(tasks, path)
+        raise RuntimeError("a task failed its last attempt")
+
+    with pytest.raises(RuntimeError):
+        BatchStager(staging.run_dir, write=failing)(([1],), 0)
     assert list(staging.run_dir.iterdir()) == []
+
+
+def test_staging_a_batch_again_replaces_the_earlier_attempt(tmp_path):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 2, [1], [2])
+    stage(staging, 2, [3])
+    assert staging.batches() == [2]
+    assert staging.batch(2).read().column("id").to_pylist() == [3]
 
 
 # --- files target ---------------------------------------------------------------------

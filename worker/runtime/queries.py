@@ -3,7 +3,9 @@
 Each query is named after its sink node and keeps Spark's working checkpoint
 under ``<query root>/<sink name>`` (the query root is a fresh directory under
 ``SP_WORK_DIR`` for every worker run; see ``worker.main``). Every sink but the
-console writes to staging (``worker.sinks.staging``).
+console stages its batches (``worker.sinks.staging``): a ``foreachBatch``
+function in the worker's Python around Spark's own Parquet writer, so no
+Python runs in the tasks after the source.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from worker.api.graph import Node, Pipeline, PipelineError, Stream
 from worker.settings import WorkerSettings
-from worker.sinks.console import FORMAT as CONSOLE_FORMAT
-from worker.sinks.staging import FORMAT as STAGING_FORMAT
+from worker.sinks.console import ConsolePrinter
+from worker.sinks.staging import BatchStager
 from worker.sources.log_source import FORMAT as LOG_FORMAT
 
 
@@ -78,12 +80,12 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     if name in staging:
         # Files and PostgreSQL sinks stage each batch; the publisher delivers it.
-        writer = writer.format(STAGING_FORMAT).option("path", str(staging[name]))
+        writer = writer.foreachBatch(BatchStager(staging[name]))
     elif sink.kind == "sink.console":
-        writer = writer.format(CONSOLE_FORMAT)
+        writer = writer.foreachBatch(ConsolePrinter(name))
     else:
         raise PipelineError(f"node {sink.name!r}: unknown sink kind {sink.kind!r}")
-    return writer.option("workerId", settings.worker_id).option("queryName", name).start()
+    return writer.start()
 
 
 def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, query_root: Path,

@@ -10,9 +10,23 @@ from pyspark.sql import SparkSession
 
 from worker.runtime.ui import spark_ui_conf
 from worker.settings import WorkerSettings
-from worker.sinks.console import ConsoleDataSource
-from worker.sinks.staging import StagingDataSource
 from worker.sources.log_source import EventLogDataSource
+
+# Spark settings the data path depends on.
+SESSION_CONF = {
+    # Hadoop's local file system renames through FileContext, which resolves
+    # links by running `readlink` in a child process: a few process spawns
+    # per batch and query. The FileSystem-based manager renames in the JVM.
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    # Spark's own working checkpoint keeps what a restart of this run needs,
+    # not a history: durable checkpoints are the worker's (worker.checkpointing).
+    "spark.sql.streaming.minBatchesToRetain": "10",
+    # Staged batches (worker.sinks.staging): standard Parquet timestamps, and
+    # no _SUCCESS marker for the stager to remove again.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+}
 
 
 def start_session(settings: WorkerSettings) -> SparkSession:
@@ -23,6 +37,7 @@ def start_session(settings: WorkerSettings) -> SparkSession:
         SparkSession.builder.master(settings.spark_master)
         .appName(f"sparkpoint-{settings.worker_id}")
         .config(map=spark_ui_conf(settings.spark_ui_port))
+        .config(map=SESSION_CONF)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.pyspark.python", sys.executable)
@@ -65,5 +80,4 @@ def prefill_python_environment(spark: SparkSession) -> None:
 
 
 def register_data_sources(spark: SparkSession) -> None:
-    for source in (EventLogDataSource, StagingDataSource, ConsoleDataSource):
-        spark.dataSource.register(source)
+    spark.dataSource.register(EventLogDataSource)

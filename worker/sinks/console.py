@@ -1,32 +1,19 @@
-"""Console sink: prints each batch to the worker's log. At-least-once: a
-replayed batch is printed again."""
+"""Console sink: prints each batch to the worker's log (``foreachBatch``, in
+the worker's own Python). At-least-once: a replayed batch is printed again."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
-
-FORMAT = "sparkpoint_console"
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
-class ConsoleDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> ConsoleStreamWriter:
-        return ConsoleStreamWriter(self.options.get("queryName", "console"))
-
-
-class ConsoleStreamWriter(DataSourceStreamArrowWriter):
+class ConsolePrinter:
     def __init__(self, query: str) -> None:
         self.query = query
 
-    def write(self, iterator: Iterator) -> WriterCommitMessage:
-        for batch in iterator:
-            for row in batch.to_pylist():
-                print(f"[{self.query}] {row}", file=sys.stderr, flush=True)
-        return WriterCommitMessage()
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        for row in df.toLocalIterator():
+            print(f"[{self.query}] {row.asDict()}", file=sys.stderr, flush=True)

@@ -1,14 +1,17 @@
-"""Staging, the Spark side: the sink every query but the console's writes
-to. Tasks write Parquet files (fsynced) into the run's staging directory;
-``commit(messages, batchId)`` (run by Spark in a Python process of its own)
-moves them into the batch's directory atomically. The layout and the
-publisher's view of it: ``worker.publishing.staging``.
+"""Staging, the Spark side: every query but the console's ends in
+``foreachBatch(BatchStager(run_dir))``. Spark's own Parquet writer writes the
+batch (no Python in the tasks); the worker's Python, where Spark calls the
+function, makes it durable and moves it into the batch's directory
+atomically. The layout and the publisher's view of it:
+``worker.publishing.staging``.
+
+Spark writes its ``commits/N`` only after ``foreachBatch`` returned for batch
+N, so a checkpoint cut at batch N has every batch up to N staged durably.
 
 A full volume is waited out (``wait_for_space``): the batch, and so its
 query, stalls until the publisher (which deletes what it published) or
-checkpoint retention frees space. Failing the task instead would fail the
-query, and the worker would exit and restart into the same full volume
-again and again.
+checkpoint retention frees space. Failing the batch instead would fail the
+query, and the worker would restart into the same full volume again and again.
 """
 
 from __future__ import annotations
@@ -19,22 +22,23 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
-
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+from typing import TYPE_CHECKING, TypeVar
 
 from sparkpoint.backoff import Backoff
-from sparkpoint.fileio import fsync_dir
+from sparkpoint.fileio import fsync_dir, fsync_path
 from worker.publishing.staging import batch_dir_name
 
-FORMAT = "sparkpoint_staging"
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+# How a full volume reads in the error Spark raises for a failed write job.
+NO_SPACE_TEXT = tuple(os.strerror(code) for code in NO_SPACE)
 log = logging.getLogger("sparkpoint.worker.staging")
 T = TypeVar("T")
+WriteParquet = Callable[["DataFrame", Path], None]
 
 
 def wait_for_space(attempt: Callable[[], T], what: str, *, backoff: Backoff | None = None) -> T:
@@ -46,12 +50,12 @@ def wait_for_space(attempt: Callable[[], T], what: str, *, backoff: Backoff | No
     while True:
         try:
             result = attempt()
-        except OSError as error:
-            if error.errno not in NO_SPACE:
+        except Exception as error:  # noqa: BLE001 - only a full volume is retried, the rest re-raised
+            if not _no_space(error):
                 raise
             if not waited:
                 log.warning("%s: %s; waiting for space (the publisher and checkpoint retention free it)",
-                            what, error.strerror)
+                            what, _reason(error))
                 waited = True
             time.sleep(backoff.next_delay())
             continue
@@ -60,73 +64,81 @@ def wait_for_space(attempt: Callable[[], T], what: str, *, backoff: Backoff | No
         return result
 
 
-@dataclass
-class StagedFile(WriterCommitMessage):
-    path: str | None
-    rows: int
+def _no_space(error: Exception) -> bool:
+    if isinstance(error, OSError):
+        return error.errno in NO_SPACE
+    # Spark's writer fails the job with the JVM's IOException in its text.
+    return any(text in str(error) for text in NO_SPACE_TEXT)
 
 
-class StagingDataSource(DataSource):
-    """Options: ``path``, this run's staging directory of the sink (it must exist)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> StagingStreamWriter:
-        return StagingStreamWriter(Path(self.options["path"]))
+def _reason(error: Exception) -> str:
+    return error.strerror if isinstance(error, OSError) and error.strerror else os.strerror(errno.ENOSPC)
 
 
-class StagingStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
+def spark_parquet(df: DataFrame, path: Path) -> None:
+    """Spark's built-in Parquet writer: one file per task, written by the JVM."""
+    df.write.parquet(str(path))
 
-    def write(self, iterator: Iterator) -> StagedFile:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        batches = [batch for batch in iterator if batch.num_rows]
-        if not batches:
-            return StagedFile(None, 0)
-        table = pa.Table.from_batches(batches)
+class BatchStager:
+    """The ``foreachBatch`` function of one staged sink. ``run_dir``: this
+    run's staging directory of the sink (the worker creates it; once retired,
+    a lingering run stages nothing). ``write``: how a batch becomes Parquet
+    files in a new directory (Spark's writer; tests inject their own)."""
 
-        def write_file() -> Path:
-            path = self.run_dir / f".task-{uuid.uuid4().hex}.parquet"
-            try:
-                with open(path, "xb") as f:
-                    pq.write_table(table, f)
-                    f.flush()
-                    os.fsync(f.fileno())
-            except BaseException:
-                path.unlink(missing_ok=True)
-                raise
-            return path
+    def __init__(self, run_dir: Path, write: WriteParquet = spark_parquet) -> None:
+        self.run_dir = Path(run_dir)
+        self.write = write
 
-        path = wait_for_space(write_file, f"staging in {self.run_dir}")
-        return StagedFile(str(path), table.num_rows)
-
-    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Steps:
-        1. Move the tasks' files into a new temporary directory; fsync it.
-        2. Rename it to ``b<batch>`` (replacing an earlier attempt at this
+        1. Create a temporary directory in the run's directory (fails once the
+           run is retired); Spark's writer writes the batch below it.
+        2. Move the data files that hold rows into the temporary directory
+           as ``0000.parquet``, ``0001.parquet``, … and fsync them (Spark's
+           ``_SUCCESS``, checksums and row-less files stay behind and go);
+           fsync the directory.
+        3. Rename it to ``b<batch>`` (replacing an earlier attempt at this
            batch id); fsync the run directory. The batch is now staged.
         """
+        what = f"staging batch {batch_id} in {self.run_dir}"
         # 1.
-        tmp = self.run_dir / f".{batch_dir_name(batchId)}-{uuid.uuid4().hex}.tmp"
-        # Fails once the run is retired: a lingering run stages nothing.
-        wait_for_space(tmp.mkdir, f"staging batch {batchId} in {self.run_dir}")
-        staged = [m for m in messages if isinstance(m, StagedFile) and m.path]
-        for task, message in enumerate(staged):
-            os.replace(message.path, tmp / f"{task:04d}.parquet")
-        fsync_dir(tmp)
-        # 2.
-        final = self.run_dir / batch_dir_name(batchId)
+        tmp = self.run_dir / f".{batch_dir_name(batch_id)}-{uuid.uuid4().hex}.tmp"
+        wait_for_space(tmp.mkdir, what)
+        try:
+            written = tmp / "spark"
+            wait_for_space(lambda: self._write(df, written), what)
+            # 2.
+            for task, path in enumerate(_data_files(written)):
+                target = tmp / f"{task:04d}.parquet"
+                path.rename(target)
+                fsync_path(target)
+            shutil.rmtree(written)
+            fsync_dir(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        # 3.
+        final = self.run_dir / batch_dir_name(batch_id)
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
         fsync_dir(self.run_dir)
 
-    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
-        for message in messages:
-            if isinstance(message, StagedFile) and message.path:
-                Path(message.path).unlink(missing_ok=True)
+    def _write(self, df: DataFrame, path: Path) -> None:
+        """One attempt; nothing of it is left behind when it fails."""
+        try:
+            self.write(df, path)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+
+
+def _data_files(directory: Path) -> list[Path]:
+    """Spark's data files with rows, in task order (its names start
+    ``part-<task>``)."""
+    import pyarrow.parquet as pq
+
+    parts = sorted(p for p in directory.iterdir() if p.name.startswith("part-") and p.suffix == ".parquet")
+    return [p for p in parts if pq.read_metadata(p).num_rows]
+

@@ -47,7 +47,7 @@ class WorkerSettings(Settings):
         default_factory=lambda given: Path(f"var/checkpoints/{given['worker_id']}"),
         description="durable checkpoints (the persistent volume); one live worker per directory")
     checkpoint_freq_ms: Milliseconds = Field(
-        5000, ge=0, validation_alias="SP_CHECKPOINT_FREQ",
+        1000, ge=0, validation_alias="SP_CHECKPOINT_FREQ",
         description="milliseconds between checkpoints; `0` disables them (a restart replays the source from the "
                     "beginning)")
     checkpoint_retain: int = Field(
@@ -60,12 +60,19 @@ class WorkerSettings(Settings):
         "local[2,4]", description="`spark.master` (local mode: 2 threads, up to 4 attempts per task); point at a "
                                   "cluster to scale a worker out")
     shuffle_partitions: int = Field(
-        2, ge=1, description="`spark.sql.shuffle.partitions` (fixed for a query's lifetime)")
+        1, ge=1, description="`spark.sql.shuffle.partitions` (fixed for a query's lifetime; one worker's state is "
+                             "small: more partitions mean more tasks and state files every batch)")
     max_records_per_batch: int = Field(
-        10_000, ge=0, description="per-batch record cap on sources (`0` = none); "
-                                  "`from_log(max_records_per_batch=)` overrides")
+        200_000, ge=0, description="per-batch record cap on sources (`0` = none): it bounds the batches a "
+                                   "recovery replays, not a live stream; `from_log(max_records_per_batch=)` overrides")
     trigger_interval_ms: Milliseconds = Field(
-        1000, ge=0, validation_alias="SP_TRIGGER_INTERVAL", description="micro-batch trigger interval, milliseconds")
+        1000, ge=0, validation_alias="SP_TRIGGER_INTERVAL",
+        description="micro-batch trigger interval, milliseconds, of queries whose sink publishes on checkpoint "
+                    "completion (their output waits for a checkpoint anyway)")
+    upsert_trigger_interval_ms: Milliseconds = Field(
+        500, ge=0, validation_alias="SP_UPSERT_TRIGGER_INTERVAL",
+        description="micro-batch trigger interval, milliseconds, of queries whose sink publishes each batch as it "
+                    "comes (upsert, console): their latency")
     report_interval_ms: Milliseconds = Field(
         1000, ge=50, validation_alias="SP_REPORT_INTERVAL", description="progress report interval, milliseconds")
     spark_ui_port: Port | None = Field(

@@ -27,6 +27,12 @@ def staged_branches(pipeline: Pipeline) -> list[Stream]:
     return [branch for branch in pipeline.branches if branch.sink.kind in STAGED_KINDS]
 
 
+def publishes_immediately(branch: Stream) -> bool:
+    """Whether the branch's output is published as batches come (upsert,
+    console), not on checkpoint completion."""
+    return branch.sink.kind == "sink.console" or (branch.sink.kind == "sink.postgres" and "key" in branch.sink.params)
+
+
 def staging_root(settings: WorkerSettings, sink: str) -> Path:
     return settings.checkpoint_dir / "staging" / sink
 

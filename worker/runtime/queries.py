@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from worker.api.graph import Node, Pipeline, PipelineError, Stream
+from worker.publishing.sinks import publishes_immediately
 from worker.settings import WorkerSettings
 from worker.sinks.console import ConsolePrinter
 from worker.sinks.staging import BatchStager
@@ -49,6 +50,13 @@ def apply_node(df: DataFrame, node: Node) -> DataFrame:
     raise PipelineError(f"node {node.name!r}: unknown kind {node.kind!r}")
 
 
+def trigger_interval_ms(branch: Stream, settings: WorkerSettings) -> int:
+    """Chosen for latency: a branch published as its batches come triggers
+    often; one published on checkpoint completion need not trigger more
+    often than checkpoints complete."""
+    return settings.upsert_trigger_interval_ms if publishes_immediately(branch) else settings.trigger_interval_ms
+
+
 def _read(spark: SparkSession, node: Node, settings: WorkerSettings) -> DataFrame:
     cap = node.params.get("max_records_per_batch", settings.max_records_per_batch)
     return (
@@ -77,7 +85,7 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
     if branch.bounded:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
+        writer = writer.trigger(processingTime=f"{trigger_interval_ms(branch, settings)} milliseconds")
     if name in staging:
         # Files and PostgreSQL sinks stage each batch; the publisher delivers it.
         writer = writer.foreachBatch(BatchStager(staging[name]))

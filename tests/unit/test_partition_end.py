@@ -119,3 +119,13 @@ def test_a_capped_batch_reads_from_its_start_only(tmp_path):
 def test_a_missing_file_ends_at_start(tmp_path):
     assert PartitionEnd(tmp_path / "absent").batch_end(42, 3) == 42
     assert record_count(tmp_path / "absent") == 0
+
+
+def test_committed_end_from_zero_reads_only_the_tail(tmp_path):
+    # Start-up (the recovery target, the tests' expected ends) asks from offset 0.
+    path = tmp_path / "p-0000.jsonl"
+    record = b'{"id":1,"sym":"IBM"}\n'
+    path.write_bytes(record * (8 * 1024 * 1024 // len(record)) + b'{"id":')
+    before = bytes_read()
+    assert committed_end(path, 0) == path.stat().st_size - len(b'{"id":')
+    assert bytes_read() - before < 64 * 1024

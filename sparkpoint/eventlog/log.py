@@ -10,6 +10,8 @@ An offset is a byte position in a partition file, always at a record
 boundary. A record is complete once its terminating newline is on disk: a
 reader ignores a trailing partial line (a producer crashed mid-write, or is
 mid-write now), so a replay from any offset reads exactly the same records.
+Ends are found from the file's tail (``scan``), never by reading it from the
+start; ``PartitionEnd`` keeps one partition's end across calls.
 """
 
 from __future__ import annotations
@@ -20,12 +22,10 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from sparkpoint.eventlog.errors import LogFormatError
+from sparkpoint.eventlog.scan import count_records, last_record_end, records_end
+
 _META = "log.json"
-_CHUNK = 1 << 20
-
-
-class LogFormatError(ValueError):
-    """The log directory is missing or malformed; the message names the path."""
 
 
 def partition_for_key(key: str, partitions: int) -> int:
@@ -98,39 +98,36 @@ def committed_end(path: Path, start: int, max_records: int | None = None) -> int
     """The offset after the last complete record reachable from ``start``.
 
     With ``max_records``, stop after that many records (the per-batch cap).
-    A missing file has nothing in it yet: its end is ``start``.
+    A missing file has nothing in it yet: its end is ``start``. Reads the torn
+    tail backwards from the file's end, and with a cap the records from
+    ``start`` on: never the file from its beginning.
     """
     try:
-        size = os.path.getsize(path)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return start
-    if size <= start:
-        return start
-    end = start
-    remaining = max_records
-    with open(path, "rb") as f:
-        f.seek(start)
-        position = start
-        while position < size:
-            chunk = f.read(min(_CHUNK, size - position))
-            if not chunk:
-                break
-            if remaining is None:
-                last = chunk.rfind(b"\n")
-                if last >= 0:
-                    end = position + last + 1
-            else:
-                index = -1
-                while remaining > 0:
-                    index = chunk.find(b"\n", index + 1)
-                    if index < 0:
-                        break
-                    remaining -= 1
-                    end = position + index + 1
-                if remaining == 0:
-                    return end
-            position += len(chunk)
-    return end
+    try:
+        size = os.fstat(fd).st_size
+        if size <= start:
+            return start
+        end = last_record_end(fd, start, size)
+        if max_records is None or end <= start:
+            return end
+        return records_end(fd, start, max_records, end)
+    finally:
+        os.close(fd)
+
+
+def record_count(path: Path) -> int:
+    """How many complete records a partition file holds (0 if it does not exist): one pass over it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    try:
+        return count_records(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
 
 def read_range(path: Path, start: int, end: int) -> bytes:

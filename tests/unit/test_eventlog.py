@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from sparkpoint.eventlog import EventLog, LogFormatError, committed_end, partition_for_key, read_range
-from sparkpoint.eventlog import log as log_module
+from sparkpoint.eventlog import EventLog, LogFormatError, committed_end, partition_for_key, read_range, scan
 from sparkpoint.producer import SYMBOLS, write_trades
 
 
@@ -114,7 +113,9 @@ def test_max_records_many_records_across_real_chunks(tmp_path):
 
 
 def test_max_records_with_tiny_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(log_module, "_CHUNK", 5)
+    monkeypatch.setattr(scan, "FORWARD_CHUNK", 5)
+    monkeypatch.setattr(scan, "BACKWARD_FIRST_CHUNK", 2)
+    monkeypatch.setattr(scan, "BACKWARD_MAX_CHUNK", 7)
     log = EventLog.create(tmp_path / "l", 1)
     log.append(0, [{"id": i, "v": "y" * (i % 7)} for i in range(40)])
     path = log.path(0)

@@ -6,6 +6,12 @@ each batch's end offsets in its checkpoint (``offsets/N``) before running the
 batch, so a restarted query re-reads exactly the same byte ranges: the log
 is replayable from any recorded offset. Records reach Spark as Arrow record
 batches parsed by Arrow's JSON reader, never as per-row Python tuples.
+
+Spark hosts one reader per query in a Python process of its own for the
+query's life (``python_streaming_source_runner``) and asks it for the latest
+offsets on every trigger; the reader keeps each partition's end
+(``PartitionEnd``), so a trigger with nothing new costs a ``stat`` per
+partition, whatever the size of the log.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from sparkpoint.eventlog import EventLog, committed_end, read_range
+from sparkpoint.eventlog import EventLog, PartitionEnd, read_range
 
 FORMAT = "sparkpoint_log"
 
@@ -58,6 +64,7 @@ class EventLogStreamReader(DataSourceStreamReader):
         log = EventLog(directory)
         self.partitions_owned = owned_partitions(log.partitions(), worker_index, worker_count)
         self.paths = {str(p): str(log.path(p)) for p in self.partitions_owned}
+        self.ends = {key: PartitionEnd(Path(path)) for key, path in self.paths.items()}
 
     def initialOffset(self) -> dict:
         return {key: 0 for key in self.paths}
@@ -73,10 +80,10 @@ class EventLogStreamReader(DataSourceStreamReader):
             cap = max(1, limit.max_rows // len(self.paths))
         else:
             cap = None
-        return {key: committed_end(Path(path), int(start.get(key, 0)), cap) for key, path in self.paths.items()}
+        return {key: end.batch_end(int(start.get(key, 0)), cap) for key, end in self.ends.items()}
 
     def reportLatestOffset(self) -> dict:
-        return {key: committed_end(Path(path), 0) for key, path in self.paths.items()}
+        return {key: end.end() for key, end in self.ends.items()}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         ranges = []

@@ -105,23 +105,30 @@ class SinkSampler:
         import psycopg
         import pyarrow.parquet as pq
 
-        conn = psycopg.connect(host=self.pg_host, dbname="sparkpoint", user="sparkpoint", password="sparkpoint",
-                               autocommit=True, connect_timeout=5)
-        with conn:
-            while not self._stop.wait(self.interval_s):
-                now = time.time()
-                for batches in published_files(self.output).values():
-                    for path in (p for paths in batches.values() for p in paths if p not in self._seen):
-                        self._seen.add(path)
-                        times = pq.read_table(path, columns=["time"]).column("time").cast("int64").to_pylist()
-                        self.files_latency += [now - t / 1e6 for t in times]
-                try:
-                    for sym, trades in conn.execute("SELECT sym, trades FROM vwap"):
-                        shown = self.counts.setdefault(sym, [])
-                        if not shown or trades > shown[-1][0]:
-                            shown.append((trades, now))
-                except psycopg.Error as error:
-                    self.errors.append(str(error).strip())
+        try:
+            conn = psycopg.connect(host=self.pg_host, dbname="sparkpoint", user="sparkpoint",
+                                   password="sparkpoint", autocommit=True, connect_timeout=5)
+        except psycopg.Error as error:
+            conn = None         # files only
+            self.errors.append(f"PostgreSQL at {self.pg_host}: {str(error).strip()}")
+        while not self._stop.wait(self.interval_s):
+            now = time.time()
+            for batches in published_files(self.output).values():
+                for path in (p for paths in batches.values() for p in paths if p not in self._seen):
+                    self._seen.add(path)
+                    times = pq.read_table(path, columns=["time"]).column("time").cast("int64").to_pylist()
+                    self.files_latency += [now - t / 1e6 for t in times]
+            if conn is None:
+                continue
+            try:
+                for sym, trades in conn.execute("SELECT sym, trades FROM vwap"):
+                    shown = self.counts.setdefault(sym, [])
+                    if not shown or trades > shown[-1][0]:
+                        shown.append((trades, now))
+            except psycopg.Error as error:
+                self.errors.append(str(error).strip())
+        if conn is not None:
+            conn.close()
 
 
 def event_times(log: Path) -> dict[str, list[float]]:

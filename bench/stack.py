@@ -46,6 +46,7 @@ from worker.publishing.targets.files import published_files  # noqa: E402
 
 IMAGES = ("controller", "worker", "postgres")
 SERVICES = ("controller", "worker-0", "worker-1", "producer", "postgres")
+_TICKS = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}
 
 
 def pin_images(tag: str) -> None:
@@ -116,8 +117,9 @@ class SinkSampler:
             for batches in published_files(self.output).values():
                 for path in (p for paths in batches.values() for p in paths if p not in self._seen):
                     self._seen.add(path)
-                    times = pq.read_table(path, columns=["time"]).column("time").cast("int64").to_pylist()
-                    self.files_latency += [now - t / 1e6 for t in times]
+                    column = pq.read_table(path, columns=["time"]).column("time")
+                    per_second = _TICKS[column.type.unit]   # Spark's own writer stores nanoseconds (INT96)
+                    self.files_latency += [now - t / per_second for t in column.cast("int64").to_pylist()]
             if conn is None:
                 continue
             try:

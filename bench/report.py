@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -20,3 +24,15 @@ def publish_table(name: str, lines: list[str]) -> None:
     print(table)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.md").write_text(table + "\n")
+
+
+def publish_json(name: str, data: dict) -> Path:
+    """Write ``data`` with the command line, the commit and the time to
+    ``bench/results/<name>.json``; returns the path."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=RESULTS.parent, capture_output=True,
+                            text=True).stdout.strip()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"command": " ".join(sys.argv), "commit": commit,
+                                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **data}, indent=2) + "\n")
+    return path

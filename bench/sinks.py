@@ -24,7 +24,6 @@ installs the binaries). Prints a table and writes it to bench/results/sinks.md.
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import statistics
 import sys
@@ -38,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg  # noqa: E402
 
+from bench.measure import percentile, upsert_latencies  # noqa: E402
 from bench.report import publish_table  # noqa: E402
 from sparkpoint.devstack import REPO, LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
@@ -158,17 +158,10 @@ class Sampler:
         appended = {e["id"]: appended_at(e) for e in events}
         measured = {i for i, t in appended.items() if t >= since}
         result = {mode: [seen[i] - appended[i] for i in measured if i in seen] for mode, seen in self.seen.items()}
-        # A symbol's count c covers its first c events (ids grow with time).
-        counts = {sym: [trades for trades, _ in shown] for sym, shown in self.counts.items()}
-        rank: dict[str, int] = {}
-        upsert = []
+        times: dict[str, list[float]] = {}     # each symbol's append times, in id order
         for event in sorted(events, key=lambda e: e["id"]):
-            sym = event["sym"]
-            rank[sym] = rank.get(sym, 0) + 1
-            at = bisect.bisect_left(counts.get(sym, []), rank[sym])
-            if event["id"] in measured and at < len(counts.get(sym, [])):
-                upsert.append(self.counts[sym][at][1] - appended[event["id"]])
-        result["PostgreSQL upsert"] = upsert
+            times.setdefault(event["sym"], []).append(appended[event["id"]])
+        result["PostgreSQL upsert"] = upsert_latencies(self.counts, times, since)
         return result
 
 
@@ -219,11 +212,6 @@ def throughput_run(root: Path, server: PostgresServer, sink: str, events: int) -
         return events / (time.monotonic() - started)
     finally:
         stack.stop_all()
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:

@@ -1,0 +1,137 @@
+"""The plain PySpark baseline of bench/throughput.py: pipelines/trades.py's
+computation written as a Spark user would, without Sparkpoint.
+
+    .venv/bin/python bench/spark_baseline.py --source json --input DIR --events N --batch N \
+        --work DIR --result FILE
+
+Two streaming queries over one source, in one Spark session (local[2], 2
+shuffle partitions, no UI):
+
+- enrich (``trading.enrich``) -> Spark's built-in Parquet file sink (append);
+- per-symbol aggregate (``trading.VWAP_AGGREGATIONS``) + ``trading.add_vwap``,
+  complete mode -> each batch's table overwritten with Spark's Parquet writer
+  through ``foreachBatch`` (the file sink takes appends only);
+
+each with Spark's own ``checkpointLocation`` on local disk and the default
+trigger (the next batch as soon as the last is done).
+
+``--source json``: Spark's JSON file source over a directory of JSON lines
+files, ``maxFilesPerTrigger`` chosen so a batch holds about ``--batch``
+events. ``--source pysource``: Sparkpoint's event log through its Python data
+source (worker/sources/log_source.py), ``maxRecordsPerBatch`` = ``--batch``.
+
+Stops once both queries have read ``--events`` rows, and writes every
+query's progress events (Spark's JSON) to ``--result``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "pipelines")]
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.streaming import StreamingQueryListener  # noqa: E402
+from trading import TRADE_SCHEMA, VWAP_AGGREGATIONS, add_vwap, enrich  # noqa: E402
+
+QUERIES = ("enriched", "vwap")
+
+
+class Collector(StreamingQueryListener):
+    def __init__(self) -> None:
+        self.progress: dict[str, list[dict]] = {name: [] for name in QUERIES}
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = json.loads(event.progress.json)
+        self.progress.setdefault(progress["name"], []).append(progress)
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+    def rows(self, name: str) -> int:
+        return sum(p["numInputRows"] for p in list(self.progress[name]))
+
+
+def session() -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (SparkSession.builder.master("local[2]").appName("bench-spark-baseline")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.pyspark.python", sys.executable)
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def json_source(spark: SparkSession, directory: Path, events: int, batch: int):
+    """The files hold about the same number of events each."""
+    files = len(list(directory.glob("*.json")))
+    per_trigger = max(1, round(batch * files / events))
+    return spark.readStream.schema(TRADE_SCHEMA).option("maxFilesPerTrigger", per_trigger).json(str(directory))
+
+
+def log_source(spark: SparkSession, directory: Path, events: int, batch: int):
+    from worker.runtime.session import prefill_python_environment  # two queries start one source at once
+    from worker.sources.log_source import FORMAT, EventLogDataSource
+
+    prefill_python_environment(spark)
+    spark.dataSource.register(EventLogDataSource)
+    return (spark.readStream.format(FORMAT).schema(TRADE_SCHEMA).option("path", str(directory))
+            .option("maxRecordsPerBatch", batch).load())
+
+
+def start(df, work: Path):
+    enriched = (enrich(df).writeStream.queryName("enriched").format("parquet")
+                .option("path", str(work / "out" / "enriched"))
+                .option("checkpointLocation", str(work / "checkpoints" / "enriched")).start())
+    aggregations = [F.expr(expr).alias(column) for column, expr in VWAP_AGGREGATIONS.items()]
+    table = str(work / "out" / "vwap")
+    vwap = (add_vwap(df.groupBy("sym").agg(*aggregations)).writeStream.queryName("vwap").outputMode("complete")
+            .foreachBatch(lambda batch, _: batch.write.mode("overwrite").parquet(table))
+            .option("checkpointLocation", str(work / "checkpoints" / "vwap")).start())
+    return [enriched, vwap]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", choices=("json", "pysource"), required=True)
+    parser.add_argument("--input", type=Path, required=True, help="JSON lines directory, or the event log's")
+    parser.add_argument("--events", type=int, required=True, help="rows in the input")
+    parser.add_argument("--batch", type=int, default=200_000, help="about this many events per batch")
+    parser.add_argument("--work", type=Path, required=True, help="checkpoints and output go here")
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, default=1800)
+    args = parser.parse_args()
+    spark = session()
+    collector = Collector()
+    spark.streams.addListener(collector)
+    read = json_source if args.source == "json" else log_source
+    queries = start(read(spark, args.input, args.events, args.batch), args.work)
+    deadline = time.monotonic() + args.timeout
+    while any(collector.rows(name) < args.events for name in QUERIES) and time.monotonic() < deadline:
+        for query in queries:
+            if query.exception():
+                raise SystemExit(f"query {query.name} failed: {query.exception()}")
+        time.sleep(0.2)     # polling the listener's tally, bounded by the deadline
+    for query in queries:
+        query.stop()
+    args.result.write_text(json.dumps({"queries": collector.progress}))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""The default compose stack under a steady producer: CPU per container,
+checkpoints, lag and event -> sink latency (issue 12's targets; not part of
+the test suite).
+
+    .venv/bin/python bench/stack.py [--rate 200] [--seconds 60] [--settle 30]
+
+Builds the images (``make images``; cached) and pins the ones it built under a
+tag of its own, so a build from elsewhere cannot change them mid-run; starts
+docker-compose.yml as it ships (its own project name and REST port), the
+producer at ``--rate`` events/s; waits until both workers run with a
+checkpoint, then ``--settle`` seconds more; then samples for ``--seconds``:
+
+- CPU per container from its cgroup's cumulative usage (cpuacct, or the
+  Docker stats API where that file is absent): mean cores, and the busiest
+  10 s;
+- from the controller: each worker's checkpoints (durations from /history),
+  dropped ones, rows processed, input lag (/status);
+- event -> visible latency, the producer's ``time`` stamp against when the
+  bench first saw the event: in the files sink (published Parquet on the
+  ``output`` volume; transactional) and in the ``vwap`` upsert table (a
+  symbol's count reaching the event's rank).
+
+Prints a table, writes bench/results/stack-<rate>-<date>.md and .json, and
+tears the stack down (volumes included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.measure import cores_used, peak_cores, percentile, upsert_latencies  # noqa: E402
+from bench.report import publish_json, publish_table  # noqa: E402
+from sparkpoint.devstack import free_port  # noqa: E402
+from tests.chaos.compose import REPO, ComposeStack  # noqa: E402
+from tests.support import get_json, wait_until  # noqa: E402
+from worker.publishing.targets.files import published_files  # noqa: E402
+
+IMAGES = ("controller", "worker", "postgres")
+SERVICES = ("controller", "worker-0", "worker-1", "producer", "postgres")
+_TICKS = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}
+
+
+def pin_images(tag: str) -> None:
+    """Tag the images ``make images`` just built (build/images/*.ref) as ``tag``."""
+    for name in IMAGES:
+        ref = (REPO / "build" / "images" / f"{name}.ref").read_text().strip()
+        subprocess.run(["docker", "tag", ref, f"sparkpoint-{name}:{tag}"], check=True)
+
+
+def unpin_images(tag: str) -> None:
+    subprocess.run(["docker", "rmi", *(f"sparkpoint-{name}:{tag}" for name in IMAGES)], check=False,
+                   capture_output=True)
+
+
+class CpuMeter:
+    """Cumulative CPU nanoseconds of one container."""
+
+    def __init__(self, container) -> None:
+        self.container = container
+        self.path = Path(f"/sys/fs/cgroup/cpuacct/docker/{container.id}/cpuacct.usage")
+
+    def read(self) -> int:
+        if self.path.exists():
+            return int(self.path.read_text())
+        return self.container.stats(stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"]
+
+
+def volume_path(stack: ComposeStack, volume: str) -> Path:
+    return Path(stack.client.volumes.get(f"{stack.project}_{volume}").attrs["Mountpoint"])
+
+
+class SinkSampler:
+    """Polls the files sink's published batches and the upsert table every
+    ``interval_s``; notes when each event (files) or each symbol's count
+    (upsert) first showed, from ``start()`` on."""
+
+    def __init__(self, output: Path, pg_host: str, interval_s: float = 0.2) -> None:
+        self.output = output
+        self.pg_host = pg_host
+        self.interval_s = interval_s
+        self.files_latency: list[float] = []
+        self.counts: dict[str, list[tuple[int, float]]] = {}     # sym -> (trades, first seen) as it grew
+        self.errors: list[str] = []
+        self._seen: set[Path] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._seen = {p for batches in published_files(self.output).values() for ps in batches.values() for p in ps}
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psycopg
+        import pyarrow.parquet as pq
+
+        try:
+            conn = psycopg.connect(host=self.pg_host, dbname="sparkpoint", user="sparkpoint",
+                                   password="sparkpoint", autocommit=True, connect_timeout=5)
+        except psycopg.Error as error:
+            conn = None         # files only
+            self.errors.append(f"PostgreSQL at {self.pg_host}: {str(error).strip()}")
+        while not self._stop.wait(self.interval_s):
+            now = time.time()
+            for batches in published_files(self.output).values():
+                for path in (p for paths in batches.values() for p in paths if p not in self._seen):
+                    self._seen.add(path)
+                    column = pq.read_table(path, columns=["time"]).column("time")
+                    per_second = _TICKS[column.type.unit]   # Spark's own writer stores nanoseconds (INT96)
+                    self.files_latency += [now - t / per_second for t in column.cast("int64").to_pylist()]
+            if conn is None:
+                continue
+            try:
+                for sym, trades in conn.execute("SELECT sym, trades FROM vwap"):
+                    shown = self.counts.setdefault(sym, [])
+                    if not shown or trades > shown[-1][0]:
+                        shown.append((trades, now))
+            except psycopg.Error as error:
+                self.errors.append(str(error).strip())
+        if conn is not None:
+            conn.close()
+
+
+def event_times(log: Path) -> dict[str, list[float]]:
+    """Each symbol's events' append times, in order (one symbol lives in one partition)."""
+    import pyarrow as pa
+    import pyarrow.json as pa_json
+
+    schema = pa.schema([("sym", pa.string()), ("time", pa.timestamp("us", tz="UTC"))])
+    times: dict[str, list[float]] = {}
+    for path in sorted(log.glob("p-*.jsonl")):
+        data = path.read_bytes()
+        data = data[:data.rfind(b"\n") + 1]
+        table = pa_json.read_json(pa.BufferReader(data), parse_options=pa_json.ParseOptions(
+            explicit_schema=schema, unexpected_field_behavior="ignore"))
+        for sym, at in zip(table.column("sym").to_pylist(), table.column("time").cast("int64").to_pylist()):
+            times.setdefault(sym, []).append(at / 1e6)
+    return times
+
+
+def steady(stack: ComposeStack) -> bool:
+    workers = stack.status().get("workers", [])
+    return len(workers) == 2 and all(w["state"] == "running" and w["last_checkpoint"] for w in workers)
+
+
+def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter]) -> dict:
+    cpu: dict[str, list[tuple[float, int]]] = {name: [] for name in meters}
+    statuses: list[tuple[float, dict]] = []
+    end = time.monotonic() + seconds
+    while True:
+        now = time.monotonic()
+        for name, meter in meters.items():
+            cpu[name].append((now, meter.read()))
+        statuses.append((time.time(), stack.status()))
+        if now >= end:
+            break
+        time.sleep(min(1.0, max(0.0, end - now)))   # the sampling period
+    return {"cpu": cpu, "statuses": statuses}
+
+
+def summarise(samples: dict, history: dict) -> dict:
+    cpu = {name: {"cores": cores_used(s), "peak_10s": peak_cores(s, 10.0)} for name, s in samples["cpu"].items()}
+    (t0, first), (t1, last) = samples["statuses"][0], samples["statuses"][-1]
+    workers = {}
+    for w0, w1 in zip(first["workers"], last["workers"]):
+        wid = w0["worker_id"]
+        durations = [c["duration_s"] * 1000 for c in history["workers"].get(wid, {}).get("checkpoints", [])
+                     if t0 <= c["at"] <= t1]
+        lags = [next(w["lag_bytes"] for w in s["workers"] if w["worker_id"] == wid) for _, s in samples["statuses"]]
+        workers[wid] = {
+            "checkpoints": w1["checkpoints_completed"] - w0["checkpoints_completed"],
+            "dropped": w1["dropped_checkpoints"] - w0["dropped_checkpoints"],
+            "failed": w1["failed_checkpoints"] - w0["failed_checkpoints"],
+            "checkpoint_ms": durations,
+            "rows_per_s": (w1["rows_processed"] - w0["rows_processed"]) / (t1 - t0),
+            "lag_bytes": {"first": lags[0], "last": lags[-1], "max": max(lags)},
+            "registrations": w1["registrations"],
+        }
+    return {"cpu": cpu, "workers": workers}
+
+
+def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float]]) -> list[str]:
+    cpu = summary["cpu"]
+    lines = [f"# The default compose stack at {args.rate:,} events/s ({args.seconds} s sampled after "
+             f"{args.settle} s settling, 2 cores)", "", f"Command: `{' '.join(sys.argv)}`", "",
+             "| container | cores (mean) | cores (busiest 10 s) |", "|---|---|---|"]
+    lines += [f"| {name} | {c['cores']:.2f} | {c['peak_10s']:.2f} |" for name, c in cpu.items()]
+    lines.append(f"| **total** | **{sum(c['cores'] for c in cpu.values()):.2f}** | |")
+    lines += ["", "| worker | rows/s | checkpoints | dropped | failed | ckpt p50 / p99 (ms) | lag bytes first / last "
+              "/ max | registrations |", "|---|---|---|---|---|---|---|---|"]
+    for wid, w in summary["workers"].items():
+        d = w["checkpoint_ms"]
+        lag = w["lag_bytes"]
+        lines.append(f"| {wid} | {w['rows_per_s']:,.0f} | {w['checkpoints']} | {w['dropped']} | {w['failed']} "
+                     f"| {percentile(d, 0.5):.0f} / {percentile(d, 0.99):.0f} | {lag['first']:,} / {lag['last']:,} "
+                     f"/ {lag['max']:,} | {w['registrations']} |")
+    lines += ["", "| event appended -> visible | p50 (s) | p99 (s) | events |", "|---|---|---|---|"]
+    lines += [f"| {sink} | {percentile(v, 0.5):.2f} | {percentile(v, 0.99):.2f} | {len(v):,} |"
+              for sink, v in latency.items()]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=int, default=200, help="producer events/s")
+    parser.add_argument("--seconds", type=int, default=60, help="sampling window")
+    parser.add_argument("--settle", type=int, default=30, help="seconds after both workers run with a checkpoint")
+    args = parser.parse_args()
+    subprocess.run(["make", "images"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    tag = f"bench-{uuid.uuid4().hex[:8]}"
+    pin_images(tag)
+    stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {"SP_PRODUCER_RATE": str(args.rate),
+                                                             "SP_IMAGE_TAG": tag}, free_port())
+    try:
+        stack.up(*SERVICES)
+        wait_until(lambda: steady(stack), timeout_s=600, what="both workers running with a checkpoint",
+                   interval_s=1)
+        time.sleep(args.settle)     # let the start-up backlog drain before measuring
+        meters = {name: CpuMeter(stack.container(name)) for name in SERVICES}
+        pg = stack.container("postgres").attrs["NetworkSettings"]["Networks"][f"{stack.project}_default"]
+        sampler = SinkSampler(volume_path(stack, "output") / "trades_enriched", pg["IPAddress"])
+        sampler.start()
+        started = time.time()
+        samples = sample(stack, args.seconds, meters)
+        time.sleep(5)       # events of the window's end still on their way to the sinks
+        sampler.stop()
+        history = get_json(stack.status_url.replace("/status", "/history"))
+        times = event_times(volume_path(stack, "eventlog") / "trades")
+    finally:
+        stack.down()
+        unpin_images(tag)
+    summary = summarise(samples, history)
+    latency = {"files (transactional)": sampler.files_latency,
+               "PostgreSQL upsert (vwap)": upsert_latencies(sampler.counts, times, started, samples["statuses"][-1][0])}
+    name = f"stack-{args.rate}-{time.strftime('%Y-%m-%d')}"
+    publish_table(name, table(args, summary, latency))
+    publish_json(name, {"rate": args.rate, "seconds": args.seconds, "settle": args.settle, "summary": summary,
+                        "latency": {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v),
+                                        "mean": statistics.fmean(v) if v else None} for k, v in latency.items()},
+                        "sink_errors": sampler.errors[:5]})
+
+
+if __name__ == "__main__":
+    main()

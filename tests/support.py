@@ -13,18 +13,26 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(probe: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.5) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
+def wait_until(probe: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.5,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what``.
+
+    Any other exception from ``probe`` (a service still starting) is retried
+    until the deadline, but an ``AssertionError`` is a verdict, not a state
+    to wait out: it fails at once. ``clock`` and ``sleep`` are injected by the
+    unit tests."""
+    deadline = clock() + timeout_s
     last_error: Exception | None = None
-    while time.monotonic() < deadline:
+    while clock() < deadline:
         try:
             value = probe()
             if value:
                 return value
+        except AssertionError:
+            raise
         except Exception as error:  # a service still starting: keep polling
             last_error = error
-        time.sleep(interval_s)  # poll interval, not synchronisation: the deadline bounds the wait
+        sleep(interval_s)  # poll interval, not synchronisation: the deadline bounds the wait
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}"
                          + (f" (last error: {last_error})" if last_error else ""))
 

@@ -58,6 +58,19 @@ def test_cuts_once_per_arming(postgres: PostgresServer, commit_cut_proxy: Commit
     assert present(postgres, probe)
 
 
+def test_an_arming_with_only_after_cuts_only_a_transaction_that_sent_it(postgres: PostgresServer,
+                                                                        commit_cut_proxy: CommitCutProxy, probe: str):
+    conn = psycopg.connect(commit_cut_proxy.dsn_through(postgres.dsn), autocommit=True)
+    commit_cut_proxy.arm(Cut.BEFORE_SERVER, only_after=b"INSERT INTO probe")
+    with conn.transaction():                     # another transaction's COMMIT passes
+        conn.execute("SELECT count(*) FROM probe")
+    assert commit_cut_proxy.cuts == 0 and commit_cut_proxy.armed is Cut.BEFORE_SERVER
+    with pytest.raises(psycopg.OperationalError), conn.transaction():
+        conn.execute("INSERT INTO probe VALUES (%s)", (probe,))
+    assert commit_cut_proxy.cuts == 1 and commit_cut_proxy.armed is None
+    assert not present(postgres, probe)
+
+
 def test_cut_all_breaks_open_connections(postgres: PostgresServer, commit_cut_proxy: CommitCutProxy):
     dsn = commit_cut_proxy.dsn_through(postgres.dsn)
     idle, in_transaction = psycopg.connect(dsn, autocommit=True), psycopg.connect(dsn)

@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
-from tests.support import all_published, caught_up, expected_vwap, get_json, wait_until, worker_status
+from tests.support import (
+    all_published,
+    caught_up,
+    expected_vwap,
+    get_json,
+    killed_by_fault,
+    wait_until,
+    worker_status,
+)
 from worker.checkpointing.store import CheckpointStore
 from worker.publishing.targets.files import read_published
 
@@ -51,6 +61,39 @@ def process_exited(service) -> bool:
     return service.process.poll() is not None
 
 
+def durable_ids(stack, since: int = 0) -> list[int]:
+    """Checkpoint ids in the order worker-0 made them durable, as its log
+    says (every run appends to it), from byte ``since`` of the log on."""
+    text = stack.services["worker-0"].log_path.read_bytes()[since:].decode(errors="replace")
+    return [int(i) for i in re.findall(r"checkpoint (\d+) durable", text)]
+
+
+def log_size(stack) -> int:
+    return stack.services["worker-0"].log_path.stat().st_size
+
+
+def runs_left(directory: Path) -> list[str]:
+    """Run directories (and retired ones) under ``directory``."""
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(("run-", ".retired-run-")))
+
+
+def only_what_is_kept(stack, store: CheckpointStore) -> None:
+    """With worker-0 stopped: the blob store holds exactly the files its
+    retained manifests reference, and the work and staging directories only
+    the last run's directory."""
+    kept, problems = store.readable()
+    assert problems == []
+    referenced = set().union(*(m.digests() for m in kept))
+    stored = {blob.name for shard in store.blobs.iterdir() for blob in (shard.iterdir() if shard.is_dir() else [shard])}
+    assert stored == referenced, (f"{len(stored - referenced)} blobs no retained manifest references, "
+                                  f"{len(referenced - stored)} referenced blobs missing")
+    last_run = f"-{stack.services['worker-0'].process.pid}"
+    staging = store.root / "staging"
+    for directory in [stack.config.work_dir(0), *staging.iterdir()]:
+        runs = runs_left(directory)
+        assert all(run.endswith(last_run) for run in runs), f"{directory} holds {runs}, not only the last run's"
+
+
 def test_worker_killed_mid_checkpoint_and_at_random_points_recovers_exactly(make_stack):
     seed = int(os.environ.get("SP_TEST_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
@@ -61,12 +104,17 @@ def test_worker_killed_mid_checkpoint_and_at_random_points_recovers_exactly(make
     stack.start_controller()
 
     # 1. The worker SIGKILLs itself while writing its 3rd checkpoint (files
-    #    copied, manifest not yet written): that checkpoint must not exist.
-    first = stack.start_worker(0, SP_TEST_FAULT="checkpoint.blobs_copied:3")
-    wait_until(lambda: process_exited(first), timeout_s=240, what="the fault sentinel to kill the worker")
+    #    copied, manifest not yet written): that checkpoint must not exist,
+    #    though its files were copied.
+    stack.start_worker(0, SP_TEST_FAULT="checkpoint.blobs_copied:3")
+    wait_until(lambda: killed_by_fault(stack, "checkpoint.blobs_copied"), timeout_s=240,
+               what="the fault sentinel to kill the worker")
     store = CheckpointStore(stack.config.checkpoint_dir(0))
     durable = store.checkpoint_ids()
-    assert durable == [1, 2], f"only the two completed checkpoints are durable, found {durable}"
+    assert durable == [1, 2] == durable_ids(stack), f"only the two completed checkpoints are durable, found {durable}"
+    referenced = set().union(*(store.load(i).digests() for i in durable))
+    copied = {blob.name for shard in store.blobs.iterdir() if shard.is_dir() for blob in shard.iterdir()}
+    assert copied - referenced, "the killed checkpoint copied no files: the fault did not fire after copying"
 
     # 2. Restart: it restores checkpoint 2 and is seen recovering.
     stack.start_worker(0)
@@ -91,9 +139,15 @@ def test_worker_killed_mid_checkpoint_and_at_random_points_recovers_exactly(make
     assert final["recovery"]["restored_checkpoint_id"] > 2
     assert final["last_checkpoint"]["checkpoint_id"] > final["recovery"]["restored_checkpoint_id"]
     check_output(stack, events)
-    # Checkpoint ids kept strictly increasing across the restarts; retention kept 3.
-    ids = store.checkpoint_ids()
-    assert ids == sorted(ids) and len(ids) <= 3 and ids[-1] > 3
+    # Checkpoint ids, in the order they became durable across the three runs,
+    # kept strictly increasing (an id is never reused); retention kept the last 3.
+    assert stack.stop("worker-0") == 0
+    made = durable_ids(stack)
+    assert all(a < b for a, b in zip(made, made[1:])), f"checkpoint ids made durable out of order: {made}"
+    assert made[-1] > 3 and store.checkpoint_ids() == made[-3:]
+    # 5. Nothing of the earlier runs is left: no file of a deleted (or the
+    #    killed) checkpoint, no earlier run's directory.
+    only_what_is_kept(stack, store)
 
 
 def test_controller_killed_workers_keep_going_and_it_recovers_their_checkpoints(make_stack):
@@ -159,26 +213,34 @@ def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced
     assert stack.stop("worker-0") == 0
     newest, middle, oldest = (store.load(i) for i in store.checkpoint_ids()[-1:-4:-1])
     assert oldest.checkpoint_id > published
-    # Truncate the newest manifest; flip a byte in a file only the middle one holds.
+    # Truncate the newest manifest; flip a byte in a Spark state file (a
+    # state store's delta or snapshot) only the middle one holds.
     path = store.manifest_path(newest.checkpoint_id)
     path.write_bytes(path.read_bytes()[:40])
-    only_middle = next(e for q in middle.queries for e in q.files.values()
-                       if e.sha256 not in oldest.digests())
-    blob = store.blob_path(only_middle.sha256)
+    query, state_file, entry = next(
+        (q.name, p, e) for q in middle.queries for p, e in sorted(q.files.items())
+        if p.startswith("state/") and p.endswith((".delta", ".snapshot")) and e.sha256 not in oldest.digests())
+    blob = store.blob_path(entry.sha256)
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 0xFF
     blob.write_bytes(bytes(data))
 
     stack.start_controller()
+    since = log_size(stack)
     stack.start_worker(0)
     final = wait_until(lambda: caught_up(stack, log, QUERIES), timeout_s=300, what="the worker to process the whole log")
+    # It fell back past both to the oldest, naming the state file.
     assert final["recovery"]["restored_checkpoint_id"] == oldest.checkpoint_id
     worker_log = stack.services["worker-0"].log_path.read_text()
     assert f"{newest.checkpoint_id:012d}.json: not a valid checkpoint manifest" in worker_log
-    assert f"checkpoint {middle.checkpoint_id} is corrupt" in worker_log and "checksum" in worker_log
+    assert f"checkpoint {middle.checkpoint_id} is corrupt" in worker_log
+    assert f"checkpoint {middle.checkpoint_id}: {query}/{state_file} does not match its checksum" in worker_log
     assert sorted(p.name for p in (store.root / "quarantine").iterdir()) == \
         [f"{middle.checkpoint_id:012d}.json", f"{newest.checkpoint_id:012d}.json"]
     check_output(stack, events)
+    # Checkpoints taken after the fallback never reuse a quarantined id.
+    after = wait_until(lambda: durable_ids(stack, since), timeout_s=60, what="a checkpoint after the fallback")
+    assert min(after) > newest.checkpoint_id, f"ids {after} after the fallback reuse a quarantined one"
 
 
 def test_checkpoints_disabled_restart_replays_from_the_beginning(make_stack):

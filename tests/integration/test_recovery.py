@@ -29,6 +29,7 @@ from tests.support import (
     wait_until,
     worker_status,
 )
+from worker.checkpointing.manifest import FileEntry, Manifest
 from worker.checkpointing.store import CheckpointStore
 from worker.publishing.targets.files import read_published
 
@@ -176,13 +177,13 @@ def test_controller_killed_workers_keep_going_and_it_recovers_their_checkpoints(
     assert shown["heartbeat_age_s"] < 10
 
 
-def three_unpublished_checkpoints(make_stack, seed: int):
+def three_unpublished_checkpoints(make_stack, seed: int, **env: str):
     """A worker that processed and published its first events, then took
     three more durable checkpoints while the controller was down: none of
     them completed, so none is published, and a restore may fall back past
     any of them (never past a published one). Returns the stack, the log,
     the store, every event written and the published checkpoint."""
-    stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST)
+    stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST, **env)
     log = EventLog.create(stack.config.log_dir / "trades", PARTITIONS)
     events = write_trades(log, 1500, seed=seed)
     stack.start_controller()
@@ -198,8 +199,26 @@ def three_unpublished_checkpoints(make_stack, seed: int):
     return stack, log, store, events, published
 
 
+def own_state_file(store: CheckpointStore, above: int) -> tuple[Manifest, Manifest, str, str, FileEntry]:
+    """The newest checkpoint but one (above ``above``) holding a Spark state
+    file (a state store's delta or snapshot) that the checkpoint just older
+    than it lacks: it, that older one, the query, the file's path and entry.
+    (The aggregate's state need not change between any two checkpoints: the
+    other query may have committed alone.)"""
+    manifests = [store.load(i) for i in store.checkpoint_ids() if i > above]
+    for newer, older in zip(reversed(manifests[1:-1]), reversed(manifests[:-2])):
+        for query in newer.queries:
+            for path, entry in sorted(query.files.items()):
+                if path.startswith("state/") and path.endswith((".delta", ".snapshot")) and \
+                        entry.sha256 not in older.digests():
+                    return newer, older, query.name, path, entry
+    raise AssertionError(f"no two of checkpoints {[m.checkpoint_id for m in manifests]} differ in a state file")
+
+
 def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced(make_stack):
-    stack, log, store, events, published = three_unpublished_checkpoints(make_stack, seed=11)
+    # Retention keeps every checkpoint here, to pick from.
+    stack, log, store, events, published = three_unpublished_checkpoints(make_stack, seed=11,
+                                                                         SP_CHECKPOINT_RETAIN="1000")
 
     # A second worker on the same checkpoint directory is refused while the first lives.
     second = subprocess.run(
@@ -211,15 +230,13 @@ def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced
     assert "Traceback" not in second.stderr
 
     assert stack.stop("worker-0") == 0
-    newest, middle, oldest = (store.load(i) for i in store.checkpoint_ids()[-1:-4:-1])
-    assert oldest.checkpoint_id > published
-    # Truncate the newest manifest; flip a byte in a Spark state file (a
-    # state store's delta or snapshot) only the middle one holds.
-    path = store.manifest_path(newest.checkpoint_id)
-    path.write_bytes(path.read_bytes()[:40])
-    query, state_file, entry = next(
-        (q.name, p, e) for q in middle.queries for p, e in sorted(q.files.items())
-        if p.startswith("state/") and p.endswith((".delta", ".snapshot")) and e.sha256 not in oldest.digests())
+    # Flip a byte in a Spark state file only the middle one holds; truncate
+    # every manifest newer than the middle one.
+    middle, oldest, query, state_file, entry = own_state_file(store, above=published)
+    truncated = [i for i in store.checkpoint_ids() if i > middle.checkpoint_id]
+    for checkpoint_id in truncated:
+        path = store.manifest_path(checkpoint_id)
+        path.write_bytes(path.read_bytes()[:40])
     blob = store.blob_path(entry.sha256)
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -229,18 +246,19 @@ def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced
     since = log_size(stack)
     stack.start_worker(0)
     final = wait_until(lambda: caught_up(stack, log, QUERIES), timeout_s=300, what="the worker to process the whole log")
-    # It fell back past both to the oldest, naming the state file.
+    # It fell back past all of them to the oldest, naming the state file.
     assert final["recovery"]["restored_checkpoint_id"] == oldest.checkpoint_id
     worker_log = stack.services["worker-0"].log_path.read_text()
-    assert f"{newest.checkpoint_id:012d}.json: not a valid checkpoint manifest" in worker_log
+    for checkpoint_id in truncated:
+        assert f"{checkpoint_id:012d}.json: not a valid checkpoint manifest" in worker_log
     assert f"checkpoint {middle.checkpoint_id} is corrupt" in worker_log
     assert f"checkpoint {middle.checkpoint_id}: {query}/{state_file} does not match its checksum" in worker_log
-    assert sorted(p.name for p in (store.root / "quarantine").iterdir()) == \
-        [f"{middle.checkpoint_id:012d}.json", f"{newest.checkpoint_id:012d}.json"]
+    quarantined = sorted(int(p.stem) for p in (store.root / "quarantine").iterdir())
+    assert quarantined == sorted([middle.checkpoint_id, *truncated])
     check_output(stack, events)
     # Checkpoints taken after the fallback never reuse a quarantined id.
     after = wait_until(lambda: durable_ids(stack, since), timeout_s=60, what="a checkpoint after the fallback")
-    assert min(after) > newest.checkpoint_id, f"ids {after} after the fallback reuse a quarantined one"
+    assert min(after) > max(quarantined), f"ids {after} after the fallback reuse a quarantined one {quarantined}"
 
 
 def test_checkpoints_disabled_restart_replays_from_the_beginning(make_stack):

@@ -163,6 +163,20 @@ def _is_commit(message: bytes) -> bool:
     return _simple_query(message) in (b"COMMIT", b"COMMIT TRANSACTION")
 
 
+def _statement(message: bytes, prepared: dict[bytes, bytes]) -> bytes:
+    """What a message runs, as text: a Parse ('P') records its statement's
+    text under its name; a Bind ('B') of a prepared statement names it only
+    (psycopg prepares a statement run often), so it gets the recorded text."""
+    kind, body = message[:1], message[5:]
+    if kind == b"P":
+        name, _, rest = body.partition(b"\x00")
+        prepared[name] = rest.partition(b"\x00")[0]
+    elif kind == b"B":
+        statement = body.partition(b"\x00")[2].partition(b"\x00")[0]
+        return prepared.get(statement, b"")
+    return message
+
+
 def _ends_transaction(message: bytes) -> bool:
     """BEGIN, COMMIT or ROLLBACK as a simple query: what a transaction sent so far is forgotten."""
     text = _simple_query(message)
@@ -238,7 +252,8 @@ class _Connection:
 
     def _client_to_server(self) -> None:
         framer = _FrontendFramer()
-        sent: list[bytes] = []     # this transaction's messages so far, COPY data left out
+        sent: list[bytes] = []     # what this transaction ran so far, COPY data left out
+        prepared: dict[bytes, bytes] = {}   # this connection's prepared statements: name -> text
         while data := self.client.recv(65536):
             for message, encryption in framer.feed(data):
                 if encryption:
@@ -252,7 +267,7 @@ class _Connection:
                 if _ends_transaction(message):
                     sent.clear()
                 elif message[:1] != b"d":    # CopyData: rows, not statements
-                    sent.append(message)
+                    sent.append(_statement(message, prepared))
                 if cut is Cut.BEFORE_SERVER:
                     return   # dropped: _pump cuts both sides
                 if cut is Cut.AFTER_SERVER:

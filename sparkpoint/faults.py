@@ -5,9 +5,11 @@ Spark JVM) the ``n``-th time (default: first) it reaches ``<point>``; a
 sentinel file in the checkpoint directory records that it fired, so the
 restarted worker runs on. Points:
 ``checkpoint.blobs_copied`` (files copied, manifest not yet written),
-``checkpoint.manifest_written`` (durable, not yet committed to the controller)
-and ``publish.files_placed`` (a files sink placed a publish's files, its mark
-not yet written).
+``checkpoint.manifest_written`` (durable, not yet committed to the controller),
+``publish.files_placed`` (a files sink placed a publish's files, its mark
+not yet written) and ``publish.postgres_written`` (a transactional PostgreSQL
+sink wrote a publish's rows and its mark, COMMIT not yet sent: the server
+rolls the transaction back when the connection dies).
 """
 
 from __future__ import annotations

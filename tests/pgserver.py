@@ -151,11 +151,36 @@ _SSL_REQUEST, _GSSENC_REQUEST = 80877103, 80877104
 _READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
 
 
-def _is_commit(message: bytes) -> bool:
-    """A simple-query ('Q') COMMIT, as psycopg sends it (outside pipeline mode)."""
+def _simple_query(message: bytes) -> bytes | None:
+    """A simple-query ('Q') message's text, upper-cased, without its ';'."""
     if message[:1] != b"Q":
-        return False
-    return message[5:].rstrip(b"\x00").strip().rstrip(b";").strip().upper() in (b"COMMIT", b"COMMIT TRANSACTION")
+        return None
+    return message[5:].rstrip(b"\x00").strip().rstrip(b";").strip().upper()
+
+
+def _is_commit(message: bytes) -> bool:
+    """A simple-query COMMIT, as psycopg sends it (outside pipeline mode)."""
+    return _simple_query(message) in (b"COMMIT", b"COMMIT TRANSACTION")
+
+
+def _statement(message: bytes, prepared: dict[bytes, bytes]) -> bytes:
+    """What a message runs, as text: a Parse ('P') records its statement's
+    text under its name; a Bind ('B') of a prepared statement names it only
+    (psycopg prepares a statement run often), so it gets the recorded text."""
+    kind, body = message[:1], message[5:]
+    if kind == b"P":
+        name, _, rest = body.partition(b"\x00")
+        prepared[name] = rest.partition(b"\x00")[0]
+    elif kind == b"B":
+        statement = body.partition(b"\x00")[2].partition(b"\x00")[0]
+        return prepared.get(statement, b"")
+    return message
+
+
+def _ends_transaction(message: bytes) -> bool:
+    """BEGIN, COMMIT or ROLLBACK as a simple query: what a transaction sent so far is forgotten."""
+    text = _simple_query(message)
+    return text is not None and text.split(b" ")[0] in (b"BEGIN", b"COMMIT", b"ROLLBACK")
 
 
 class _FrontendFramer:
@@ -227,6 +252,8 @@ class _Connection:
 
     def _client_to_server(self) -> None:
         framer = _FrontendFramer()
+        sent: list[bytes] = []     # what this transaction ran so far, COPY data left out
+        prepared: dict[bytes, bytes] = {}   # this connection's prepared statements: name -> text
         while data := self.client.recv(65536):
             for message, encryption in framer.feed(data):
                 if encryption:
@@ -235,7 +262,12 @@ class _Connection:
                     # unencrypted unless told to require it).
                     self.client.sendall(b"N")
                     continue
-                cut = self.proxy._take_arming() if not framer.startup and _is_commit(message) else None
+                cut = self.proxy._take_arming(b"".join(sent)) \
+                    if not framer.startup and _is_commit(message) else None
+                if _ends_transaction(message):
+                    sent.clear()
+                elif message[:1] != b"d":    # CopyData: rows, not statements
+                    sent.append(_statement(message, prepared))
                 if cut is Cut.BEFORE_SERVER:
                     return   # dropped: _pump cuts both sides
                 if cut is Cut.AFTER_SERVER:
@@ -285,6 +317,7 @@ class CommitCutProxy:
         self._lock = threading.Lock()
         self._connections: set[_Connection] = set()
         self._armed: Cut | None = None
+        self._only_after: bytes = b""   # cut only a transaction that sent this
         self.cuts = 0   # COMMITs cut so far
         self._accepting = threading.Thread(target=self._accept, daemon=True)
 
@@ -300,10 +333,14 @@ class CommitCutProxy:
         params.update(host="127.0.0.1", port=self.port, sslmode="disable")
         return make_conninfo(**params)
 
-    def arm(self, cut: Cut) -> None:
-        """Cut the next COMMIT, on whichever connection sends it."""
+    def arm(self, cut: Cut, *, only_after: bytes = b"") -> None:
+        """Cut the next COMMIT, on whichever connection sends it; with
+        ``only_after``: the next COMMIT of a transaction that sent a message
+        holding these bytes (a statement's text, e.g. the one UPDATE only a
+        transactional sink's publish makes)."""
         with self._lock:
             self._armed = cut
+            self._only_after = only_after
 
     def disarm(self) -> None:
         with self._lock:
@@ -336,8 +373,12 @@ class CommitCutProxy:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def _take_arming(self) -> Cut | None:
+    def _take_arming(self, transaction: bytes) -> Cut | None:
+        """The arming, used up, if it applies to a COMMIT of ``transaction``
+        (what it sent before COMMIT)."""
         with self._lock:
+            if self._only_after not in transaction:
+                return None
             cut, self._armed = self._armed, None
             if cut is not None:
                 self.cuts += 1

@@ -4,6 +4,7 @@ controller's status over HTTP, and batch computations to compare against."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -13,20 +14,64 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(probe: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.5) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout_s
+def wait_until(probe: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.5,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what``.
+
+    Any other exception from ``probe`` (a service still starting) is retried
+    until the deadline, but an ``AssertionError`` is a verdict, not a state
+    to wait out: it fails at once. ``clock`` and ``sleep`` are injected by the
+    unit tests."""
+    deadline = clock() + timeout_s
     last_error: Exception | None = None
-    while time.monotonic() < deadline:
+    while clock() < deadline:
         try:
             value = probe()
             if value:
                 return value
+        except AssertionError:
+            raise
         except Exception as error:  # a service still starting: keep polling
             last_error = error
-        time.sleep(interval_s)  # poll interval, not synchronisation: the deadline bounds the wait
+        sleep(interval_s)  # poll interval, not synchronisation: the deadline bounds the wait
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}"
                          + (f" (last error: {last_error})" if last_error else ""))
+
+
+def alive(stack, name: str = "worker-0") -> bool:
+    """True while service ``name`` of ``stack`` runs. One that exited fails
+    the test at once (in a probe too: ``wait_until`` lets assertions
+    through), naming its exit code and the end of its log: nothing restarts
+    a service that exited unexpectedly."""
+    service = stack.services[name]
+    code = service.process.poll()
+    if code is not None:
+        raise AssertionError(f"{name} exited unexpectedly with code {code}:\n{log_tail(service)}")
+    return True
+
+
+def killed_by_fault(stack, point: str, index: int = 0) -> bool:
+    """Worker ``index`` SIGKILLed itself at fault point ``point``
+    (``SP_TEST_FAULT``): its sentinel exists and it died of SIGKILL. False
+    while it runs; one that exited any other way fails the test at once."""
+    name = f"worker-{index}"
+    service = stack.services[name]
+    code = service.process.poll()
+    if code is None:
+        return False
+    sentinel = stack.config.checkpoint_dir(index) / f".fault-{point}"
+    if code != -signal.SIGKILL or not sentinel.exists():
+        raise AssertionError(f"{name} exited with code {code}, not killed at fault point {point} "
+                             f"(sentinel {'present' if sentinel.exists() else 'absent'}):\n{log_tail(service)}")
+    return True
+
+
+def log_tail(service, lines: int = 40) -> str:
+    try:
+        text = service.log_path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        text = ["<no log>"]
+    return f"--- {service.name} ({service.log_path}) ---\n" + "\n".join(text)
 
 
 def body_failed(request) -> bool:
@@ -108,11 +153,4 @@ def expected_vwap(events: list[dict]) -> dict[str, dict[str, float]]:
 
 def log_tails(stack, lines: int = 40) -> str:
     """The end of every service's log, for failure messages."""
-    parts = []
-    for service in stack.services.values():
-        try:
-            text = service.log_path.read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            text = ["<no log>"]
-        parts.append(f"--- {service.name} ({service.log_path}) ---\n" + "\n".join(text))
-    return "\n".join(parts)
+    return "\n".join(log_tail(service, lines) for service in stack.services.values())

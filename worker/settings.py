@@ -91,9 +91,10 @@ class WorkerSettings(Settings):
         None, description="instead of the five above: one libpq connection string or `postgresql://` URI")
     health_max_age_s: HealthMaxAge = Field(30, validation_alias="SP_HEALTH_MAX_AGE")
     test_fault: str = Field(
-        "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]` or "
+        "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]`, "
                         "`publish.files_placed[:n]` (a files sink placed a publish's files, its mark not yet "
-                        "written) makes the worker SIGKILL itself there, once")
+                        "written) or `publish.postgres_written[:n]` (a transactional PostgreSQL sink wrote its "
+                        "rows and mark, before COMMIT) makes the worker SIGKILL itself there, once")
 
     @field_validator("worker_id")
     @classmethod

@@ -1,23 +1,28 @@
 """Chaos tests against the real compose stack built from the working tree.
 
-Containers are crashed (SIGKILL from the host) on a seeded schedule printed
-with the result: ``SP_TEST_SEED=<seed> make test`` replays it. After each
+Containers are crashed (SIGKILL from the host) on a schedule drawn whole
+from a seed before the scenario starts, and printed with the seed:
+``SP_TEST_SEED=<seed> make test`` replays it (nothing is drawn while the
+scenario runs, so how often a probe polls cannot change it). After each
 scenario the producer's input is drained and checked: every event id is in
 the files output and in the PostgreSQL table exactly once (no gaps, no
 duplicates), and the per-symbol aggregates in PostgreSQL (upsert) equal a
 batch computation over the whole log. The stack runs the compose default,
 ``pipelines/trades_postgres.py``.
+
+PostgreSQL crashes here land wherever they land; the crash inside a
+publishing transaction and at its COMMIT, on either side of the server, is
+made deterministic in ``tests/integration/test_postgres_commit.py``.
 """
 
 from __future__ import annotations
 
-import os
-import random
 from collections import Counter
 
 import pytest
 
 from tests.chaos.compose import ComposeStack
+from tests.chaos.schedule import drawn, outages, worker_crashes
 from tests.support import expected_vwap, wait_until
 
 pytestmark = pytest.mark.chaos
@@ -28,12 +33,6 @@ pytestmark = pytest.mark.chaos
 # 2,000 events/s. Only the controller checkpoints and reports come faster,
 # so the test sees progress sooner.
 SETTINGS = {"SP_CONTROLLER_CHECKPOINT_FREQ": "500", "SP_REPORT_INTERVAL": "500", "SP_PRODUCER_RATE": "2000"}
-
-
-def seeded() -> random.Random:
-    seed = int(os.environ.get("SP_TEST_SEED", random.randrange(1 << 30)))
-    print(f"chaos schedule seed: SP_TEST_SEED={seed}")
-    return random.Random(seed)
 
 
 def running(stack: ComposeStack, index: int) -> dict | None:
@@ -104,16 +103,16 @@ def drained_and_exact(stack: ComposeStack) -> None:
 
 
 def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack):
-    rng = seeded()
+    crashes = drawn(worker_crashes)
     compose = stack(**SETTINGS)
     start(compose)
-    for round_ in range(2):
-        victim = rng.randrange(2)
+    for round_, crash in enumerate(crashes):
+        victim = crash.victim
         other = 1 - victim
         checkpoint = checkpointed_since_restore(compose, victim)
         restarts = compose.restart_count(f"worker-{victim}")
-        # A random point: after 1-4 more batches of the victim (checkpoints every 1 s).
-        target = compose.worker(victim)["batch_id"] + rng.randint(1, 4)
+        # A drawn point: after 1-4 more batches of the victim (checkpoints every 1 s).
+        target = compose.worker(victim)["batch_id"] + crash.batches
         wait_until(lambda: compose.worker(victim)["batch_id"] >= target, timeout_s=120,
                    what=f"worker-{victim} batch {target}")
         other_before = compose.worker(other)["batch_id"]
@@ -151,7 +150,7 @@ def published_batches(stack: ComposeStack) -> int:
 
 
 def test_controller_and_postgres_crash_while_workers_go_on(stack):
-    rng = seeded()
+    schedule = drawn(outages)
     compose = stack(**SETTINGS)
     start(compose)
     before = {i: compose.worker(i) for i in (0, 1)}
@@ -165,12 +164,12 @@ def test_controller_and_postgres_crash_while_workers_go_on(stack):
                    and w["heartbeat_age_s"] < 10, timeout_s=180, what=f"worker-{index} progress after the crash")
     assert compose.restart_count("controller") >= 1
 
-    # PostgreSQL crashes at a random point (possibly inside a publishing
-    # transaction's COMMIT): the sinks wait, retry, and publish again.
-    for crash in range(2):
+    # PostgreSQL crashes at drawn points (after 1-6 more published batches):
+    # the sinks wait, retry, and publish again.
+    for crash, after in enumerate(schedule.postgres_after):
         published = published_batches(compose)
-        wait_until(lambda: published_batches(compose) >= published + rng.randint(1, 6), timeout_s=180,
-                   what="more batches published")
+        wait_until(lambda: published_batches(compose) >= published + after, timeout_s=180,
+                   what=f"{after} more batches published")
         restarts = compose.restart_count("postgres")
         print(f"crashing PostgreSQL ({crash + 1})")
         compose.crash("postgres")
@@ -181,7 +180,7 @@ def test_controller_and_postgres_crash_while_workers_go_on(stack):
                    what="the sinks to publish again after PostgreSQL came back")
 
     # A worker crashing while the controller is down: it comes back once the controller is.
-    victim = rng.randrange(2)
+    victim = schedule.victim
     checkpoint = checkpointed_since_restore(compose, victim)
     compose.compose("stop", "-t", "1", "controller")
     print(f"controller stopped; crashing worker-{victim}")

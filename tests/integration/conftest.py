@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from sparkpoint.devstack import LocalStack, StackConfig, free_port
 from tests.support import body_failed, log_tails
@@ -51,3 +54,13 @@ def small_tmpfs(tmp_path: Path) -> Iterator:
     yield mount
     for path in mounted:
         subprocess.run(["umount", "--lazy", str(path)], check=False, capture_output=True)
+
+
+@pytest.fixture
+def database(postgres) -> str:
+    """A fresh database of the session's server, for a pipeline whose table
+    names are fixed; returns its DSN."""
+    name = f"pipeline_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres.dsn_for("postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return postgres.dsn_for(name)

@@ -58,6 +58,32 @@ def test_cuts_once_per_arming(postgres: PostgresServer, commit_cut_proxy: Commit
     assert present(postgres, probe)
 
 
+def test_an_arming_with_only_after_cuts_only_a_transaction_that_sent_it(postgres: PostgresServer,
+                                                                        commit_cut_proxy: CommitCutProxy, probe: str):
+    conn = psycopg.connect(commit_cut_proxy.dsn_through(postgres.dsn), autocommit=True)
+    commit_cut_proxy.arm(Cut.BEFORE_SERVER, only_after=b"INSERT INTO probe")
+    with conn.transaction():                     # another transaction's COMMIT passes
+        conn.execute("SELECT count(*) FROM probe")
+    assert commit_cut_proxy.cuts == 0 and commit_cut_proxy.armed is Cut.BEFORE_SERVER
+    with pytest.raises(psycopg.OperationalError), conn.transaction():
+        conn.execute("INSERT INTO probe VALUES (%s)", (probe,))
+    assert commit_cut_proxy.cuts == 1 and commit_cut_proxy.armed is None
+    assert not present(postgres, probe)
+
+
+def test_an_arming_with_only_after_sees_a_prepared_statement_run_by_name(postgres: PostgresServer,
+                                                                         commit_cut_proxy: CommitCutProxy, probe: str):
+    conn = psycopg.connect(commit_cut_proxy.dsn_through(postgres.dsn), autocommit=True)
+    insert = "INSERT INTO probe VALUES (%s)"
+    with conn.transaction():                                    # prepared here: its text sent once
+        conn.execute(insert, (probe + "-prepared",), prepare=True)
+    commit_cut_proxy.arm(Cut.BEFORE_SERVER, only_after=b"INSERT INTO probe")
+    with pytest.raises(psycopg.OperationalError), conn.transaction():
+        conn.execute(insert, (probe,), prepare=True)            # only its name is sent now
+    assert commit_cut_proxy.cuts == 1
+    assert not present(postgres, probe)
+
+
 def test_cut_all_breaks_open_connections(postgres: PostgresServer, commit_cut_proxy: CommitCutProxy):
     dsn = commit_cut_proxy.dsn_through(postgres.dsn)
     idle, in_transaction = psycopg.connect(dsn, autocommit=True), psycopg.connect(dsn)

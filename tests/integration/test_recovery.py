@@ -11,14 +11,25 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
-from tests.support import all_published, caught_up, expected_vwap, get_json, wait_until, worker_status
+from tests.support import (
+    all_published,
+    caught_up,
+    expected_vwap,
+    get_json,
+    killed_by_fault,
+    wait_until,
+    worker_status,
+)
+from worker.checkpointing.manifest import FileEntry, Manifest
 from worker.checkpointing.store import CheckpointStore
 from worker.publishing.targets.files import read_published
 
@@ -51,6 +62,39 @@ def process_exited(service) -> bool:
     return service.process.poll() is not None
 
 
+def durable_ids(stack, since: int = 0) -> list[int]:
+    """Checkpoint ids in the order worker-0 made them durable, as its log
+    says (every run appends to it), from byte ``since`` of the log on."""
+    text = stack.services["worker-0"].log_path.read_bytes()[since:].decode(errors="replace")
+    return [int(i) for i in re.findall(r"checkpoint (\d+) durable", text)]
+
+
+def log_size(stack) -> int:
+    return stack.services["worker-0"].log_path.stat().st_size
+
+
+def runs_left(directory: Path) -> list[str]:
+    """Run directories (and retired ones) under ``directory``."""
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(("run-", ".retired-run-")))
+
+
+def only_what_is_kept(stack, store: CheckpointStore) -> None:
+    """With worker-0 stopped: the blob store holds exactly the files its
+    retained manifests reference, and the work and staging directories only
+    the last run's directory."""
+    kept, problems = store.readable()
+    assert problems == []
+    referenced = set().union(*(m.digests() for m in kept))
+    stored = {blob.name for shard in store.blobs.iterdir() for blob in (shard.iterdir() if shard.is_dir() else [shard])}
+    assert stored == referenced, (f"{len(stored - referenced)} blobs no retained manifest references, "
+                                  f"{len(referenced - stored)} referenced blobs missing")
+    last_run = f"-{stack.services['worker-0'].process.pid}"
+    staging = store.root / "staging"
+    for directory in [stack.config.work_dir(0), *staging.iterdir()]:
+        runs = runs_left(directory)
+        assert all(run.endswith(last_run) for run in runs), f"{directory} holds {runs}, not only the last run's"
+
+
 def test_worker_killed_mid_checkpoint_and_at_random_points_recovers_exactly(make_stack):
     seed = int(os.environ.get("SP_TEST_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
@@ -61,12 +105,17 @@ def test_worker_killed_mid_checkpoint_and_at_random_points_recovers_exactly(make
     stack.start_controller()
 
     # 1. The worker SIGKILLs itself while writing its 3rd checkpoint (files
-    #    copied, manifest not yet written): that checkpoint must not exist.
-    first = stack.start_worker(0, SP_TEST_FAULT="checkpoint.blobs_copied:3")
-    wait_until(lambda: process_exited(first), timeout_s=240, what="the fault sentinel to kill the worker")
+    #    copied, manifest not yet written): that checkpoint must not exist,
+    #    though its files were copied.
+    stack.start_worker(0, SP_TEST_FAULT="checkpoint.blobs_copied:3")
+    wait_until(lambda: killed_by_fault(stack, "checkpoint.blobs_copied"), timeout_s=240,
+               what="the fault sentinel to kill the worker")
     store = CheckpointStore(stack.config.checkpoint_dir(0))
     durable = store.checkpoint_ids()
-    assert durable == [1, 2], f"only the two completed checkpoints are durable, found {durable}"
+    assert durable == [1, 2] == durable_ids(stack), f"only the two completed checkpoints are durable, found {durable}"
+    referenced = set().union(*(store.load(i).digests() for i in durable))
+    copied = {blob.name for shard in store.blobs.iterdir() if shard.is_dir() for blob in shard.iterdir()}
+    assert copied - referenced, "the killed checkpoint copied no files: the fault did not fire after copying"
 
     # 2. Restart: it restores checkpoint 2 and is seen recovering.
     stack.start_worker(0)
@@ -91,9 +140,15 @@ def test_worker_killed_mid_checkpoint_and_at_random_points_recovers_exactly(make
     assert final["recovery"]["restored_checkpoint_id"] > 2
     assert final["last_checkpoint"]["checkpoint_id"] > final["recovery"]["restored_checkpoint_id"]
     check_output(stack, events)
-    # Checkpoint ids kept strictly increasing across the restarts; retention kept 3.
-    ids = store.checkpoint_ids()
-    assert ids == sorted(ids) and len(ids) <= 3 and ids[-1] > 3
+    # Checkpoint ids, in the order they became durable across the three runs,
+    # kept strictly increasing (an id is never reused); retention kept the last 3.
+    assert stack.stop("worker-0") == 0
+    made = durable_ids(stack)
+    assert all(a < b for a, b in zip(made, made[1:])), f"checkpoint ids made durable out of order: {made}"
+    assert made[-1] > 3 and store.checkpoint_ids() == made[-3:]
+    # 5. Nothing of the earlier runs is left: no file of a deleted (or the
+    #    killed) checkpoint, no earlier run's directory.
+    only_what_is_kept(stack, store)
 
 
 def test_controller_killed_workers_keep_going_and_it_recovers_their_checkpoints(make_stack):
@@ -122,13 +177,13 @@ def test_controller_killed_workers_keep_going_and_it_recovers_their_checkpoints(
     assert shown["heartbeat_age_s"] < 10
 
 
-def three_unpublished_checkpoints(make_stack, seed: int):
+def three_unpublished_checkpoints(make_stack, seed: int, **env: str):
     """A worker that processed and published its first events, then took
     three more durable checkpoints while the controller was down: none of
     them completed, so none is published, and a restore may fall back past
     any of them (never past a published one). Returns the stack, the log,
     the store, every event written and the published checkpoint."""
-    stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST)
+    stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST, **env)
     log = EventLog.create(stack.config.log_dir / "trades", PARTITIONS)
     events = write_trades(log, 1500, seed=seed)
     stack.start_controller()
@@ -144,8 +199,26 @@ def three_unpublished_checkpoints(make_stack, seed: int):
     return stack, log, store, events, published
 
 
+def own_state_file(store: CheckpointStore, above: int) -> tuple[Manifest, Manifest, str, str, FileEntry]:
+    """The newest checkpoint but one (above ``above``) holding a Spark state
+    file (a state store's delta or snapshot) that the checkpoint just older
+    than it lacks: it, that older one, the query, the file's path and entry.
+    (The aggregate's state need not change between any two checkpoints: the
+    other query may have committed alone.)"""
+    manifests = [store.load(i) for i in store.checkpoint_ids() if i > above]
+    for newer, older in zip(reversed(manifests[1:-1]), reversed(manifests[:-2])):
+        for query in newer.queries:
+            for path, entry in sorted(query.files.items()):
+                if path.startswith("state/") and path.endswith((".delta", ".snapshot")) and \
+                        entry.sha256 not in older.digests():
+                    return newer, older, query.name, path, entry
+    raise AssertionError(f"no two of checkpoints {[m.checkpoint_id for m in manifests]} differ in a state file")
+
+
 def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced(make_stack):
-    stack, log, store, events, published = three_unpublished_checkpoints(make_stack, seed=11)
+    # Retention keeps every checkpoint here, to pick from.
+    stack, log, store, events, published = three_unpublished_checkpoints(make_stack, seed=11,
+                                                                         SP_CHECKPOINT_RETAIN="1000")
 
     # A second worker on the same checkpoint directory is refused while the first lives.
     second = subprocess.run(
@@ -157,28 +230,35 @@ def test_corrupt_checkpoints_are_named_and_skipped_and_a_second_worker_is_fenced
     assert "Traceback" not in second.stderr
 
     assert stack.stop("worker-0") == 0
-    newest, middle, oldest = (store.load(i) for i in store.checkpoint_ids()[-1:-4:-1])
-    assert oldest.checkpoint_id > published
-    # Truncate the newest manifest; flip a byte in a file only the middle one holds.
-    path = store.manifest_path(newest.checkpoint_id)
-    path.write_bytes(path.read_bytes()[:40])
-    only_middle = next(e for q in middle.queries for e in q.files.values()
-                       if e.sha256 not in oldest.digests())
-    blob = store.blob_path(only_middle.sha256)
+    # Flip a byte in a Spark state file only the middle one holds; truncate
+    # every manifest newer than the middle one.
+    middle, oldest, query, state_file, entry = own_state_file(store, above=published)
+    truncated = [i for i in store.checkpoint_ids() if i > middle.checkpoint_id]
+    for checkpoint_id in truncated:
+        path = store.manifest_path(checkpoint_id)
+        path.write_bytes(path.read_bytes()[:40])
+    blob = store.blob_path(entry.sha256)
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 0xFF
     blob.write_bytes(bytes(data))
 
     stack.start_controller()
+    since = log_size(stack)
     stack.start_worker(0)
     final = wait_until(lambda: caught_up(stack, log, QUERIES), timeout_s=300, what="the worker to process the whole log")
+    # It fell back past all of them to the oldest, naming the state file.
     assert final["recovery"]["restored_checkpoint_id"] == oldest.checkpoint_id
     worker_log = stack.services["worker-0"].log_path.read_text()
-    assert f"{newest.checkpoint_id:012d}.json: not a valid checkpoint manifest" in worker_log
-    assert f"checkpoint {middle.checkpoint_id} is corrupt" in worker_log and "checksum" in worker_log
-    assert sorted(p.name for p in (store.root / "quarantine").iterdir()) == \
-        [f"{middle.checkpoint_id:012d}.json", f"{newest.checkpoint_id:012d}.json"]
+    for checkpoint_id in truncated:
+        assert f"{checkpoint_id:012d}.json: not a valid checkpoint manifest" in worker_log
+    assert f"checkpoint {middle.checkpoint_id} is corrupt" in worker_log
+    assert f"checkpoint {middle.checkpoint_id}: {query}/{state_file} does not match its checksum" in worker_log
+    quarantined = sorted(int(p.stem) for p in (store.root / "quarantine").iterdir())
+    assert quarantined == sorted([middle.checkpoint_id, *truncated])
     check_output(stack, events)
+    # Checkpoints taken after the fallback never reuse a quarantined id.
+    after = wait_until(lambda: durable_ids(stack, since), timeout_s=60, what="a checkpoint after the fallback")
+    assert min(after) > max(quarantined), f"ids {after} after the fallback reuse a quarantined one {quarantined}"
 
 
 def test_checkpoints_disabled_restart_replays_from_the_beginning(make_stack):

@@ -41,12 +41,17 @@ def drained(stack, log: EventLog, workers: int) -> list[dict]:
 
 
 def restarted_from(stack, savepoint: dict, before: list[dict]) -> None:
-    """Wait until every worker registered again and restored its checkpoint of ``savepoint``."""
+    """Wait until every worker registered again and restored exactly its
+    checkpoint of ``savepoint`` (a worker that restored its latest checkpoint
+    instead, ignoring the savepoint, fails)."""
     for index, old in enumerate(before):
         want = savepoint["checkpoints"][str(index)]
-        wait_until(lambda: (w := worker_status(stack, index)) and w["registrations"] > old["registrations"] and
-                   w["recovery"]["restored_checkpoint_id"] >= want and w["state"] in ("running", "recovering"),
-                   timeout_s=240, what=f"worker-{index} to restart from savepoint {savepoint['id']}")
+        back = wait_until(lambda: (w := worker_status(stack, index)) and w["registrations"] > old["registrations"]
+                          and w["state"] in ("running", "recovering") and w,
+                          timeout_s=240, what=f"worker-{index} to restart after restoring savepoint {savepoint['id']}")
+        assert back["recovery"]["restored_checkpoint_id"] == want, \
+            f"worker-{index} restored checkpoint {back['recovery']['restored_checkpoint_id']}, not savepoint " \
+            f"{savepoint['id']}'s {want}"
 
 
 def published_ids(stack) -> list[int]:

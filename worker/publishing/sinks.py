@@ -73,7 +73,8 @@ def publication(branch: Stream, settings: WorkerSettings, run: str) -> Publicati
         contract = SinkContract.UPSERT
     else:
         target = PostgresTransactionalTarget(settings.postgres, sink.params["table"], sink=sink.name,
-                                             worker_id=settings.worker_id, complete=branch.complete)
+                                             worker_id=settings.worker_id, complete=branch.complete,
+                                             faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
         contract = SinkContract.TRANSACTIONAL
     # Transactional sinks publish on checkpoint completion; the others as batches come.
     schedule = Contract.ON_COMPLETION if contract is SinkContract.TRANSACTIONAL else Contract.IMMEDIATE

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import psycopg
 from psycopg import sql
 
+from sparkpoint.faults import NO_FAULTS, FaultInjector
 from worker.publishing.book import Mark
 from worker.publishing.staging import StagedBatch
 from worker.publishing.targets import Outcome
@@ -119,7 +120,8 @@ def _copy(conn: psycopg.Connection, into: sql.Composable, rows, constants: Seque
 
 
 class PostgresTransactionalTarget:
-    def __init__(self, conninfo: str, table: str, *, sink: str, worker_id: str, complete: bool) -> None:
+    def __init__(self, conninfo: str, table: str, *, sink: str, worker_id: str, complete: bool,
+                 faults: FaultInjector = NO_FAULTS) -> None:
         self.table = table
         self.sink = sink
         self.worker_id = worker_id
@@ -127,6 +129,7 @@ class PostgresTransactionalTarget:
         self.description = f"PostgreSQL table {table} (transactional)"
         self._connection = PostgresConnection(conninfo, f"sparkpoint-{worker_id}")
         self._mark: Mark | None = None      # as last read or written
+        self._faults = faults
 
     def resume(self) -> Mark | None:
         """Read (sink, worker)'s record, creating the progress table and the
@@ -203,6 +206,7 @@ class PostgresTransactionalTarget:
                     _copy(conn, table_identifier(self.table), rows, constants)
                 # 5.
                 self._write_mark(conn, mark)
+                self._faults.hit("publish.postgres_written")
             # 6. (leaving the block commits; a rolled-back step 1 lands here too)
         except BaseException:
             self._connection.close()

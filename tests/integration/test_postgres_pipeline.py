@@ -55,7 +55,7 @@ def finished(stack, log: EventLog, after: int) -> dict | None:
     """The worker, registered more than ``after`` times (the controller shows
     a killed run until its successor registers), read the log to the end and
     published all of it."""
-    status = get_json(stack.config.status_url)
+    status = get_json(stack.config.status_url, stack.config.api_token)
     ends = {str(p): committed_end(log.path(p), 0) for p in range(log.partitions())}
     current = worker(status)
     if current is None or current["registrations"] <= after or current["state"] != "running" or \
@@ -96,16 +96,16 @@ def test_a_killed_worker_publishes_every_event_exactly_once_to_postgres_and_file
     #    published more to PostgreSQL.
     stack.start_worker(0)
     more = random.Random(seed).randint(1, 4)
-    restarted = wait_until(lambda: restarted_on_failure(stack) or (w := worker(get_json(stack.config.status_url)))
+    restarted = wait_until(lambda: restarted_on_failure(stack) or (w := worker(get_json(stack.config.status_url, stack.config.api_token)))
                            and w["registrations"] >= 2 and w["sinks"] and
                            sink(w, "enriched_pg")["published_batch_id"] >= 0 and w,
                            timeout_s=420, what="the restarted worker to publish to PostgreSQL")
     target = sink(restarted, "enriched_pg")["published_batch_id"] + more
     wait_until(lambda: restarted_on_failure(stack) or
-               sink(worker(get_json(stack.config.status_url)), "enriched_pg")["published_batch_id"] >= target
+               sink(worker(get_json(stack.config.status_url, stack.config.api_token)), "enriched_pg")["published_batch_id"] >= target
                or finished(stack, log, after=1),
                timeout_s=420, what=f"the worker to publish batch {target} to PostgreSQL")
-    killed = worker(get_json(stack.config.status_url))
+    killed = worker(get_json(stack.config.status_url, stack.config.api_token))
     print(f"killing the worker at {killed['sinks']}")
     stack.kill("worker-0")
 

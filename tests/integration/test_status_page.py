@@ -33,7 +33,7 @@ from sparkpoint.messages import (
     SinkState,
     WorkerState,
 )
-from tests.support import get_json, post_json, wait_until
+from tests.support import bearer, get_json, post_json, wait_until
 from worker.control.client import ControllerClient, WorkerIdentity
 
 pytestmark = pytest.mark.integration
@@ -112,7 +112,7 @@ def controller(tmp_path) -> Iterator[str]:
     base = f"http://127.0.0.1:{stack.config.http_port}"
     try:
         wait_until(lambda: get_json(f"{base}/health")["status"] == "ok", timeout_s=60, what="the controller")
-        yield base, f"127.0.0.1:{stack.config.grpc_port}"
+        yield base, f"127.0.0.1:{stack.config.grpc_port}", stack.config.api_token
     finally:
         stack.stop_all()
 
@@ -136,7 +136,11 @@ def text(browser, selector: str) -> str:
 
 
 def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, browser):
-    base, grpc_address = controller
+    base, grpc_address, token = controller
+    # The page, its files and every request its script makes carry the token
+    # (a browser extension or a proxy does this for a person).
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": bearer(token)})
     browser.get(base + "/")
     wait = WebDriverWait(browser, 30)
     # Before any worker: the page says so.
@@ -147,7 +151,7 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
     for worker in workers:
         worker.start()
     try:
-        savepoint = post_json(f"{base}/savepoints", {"label": "before v2"})
+        savepoint = post_json(f"{base}/savepoints", {"label": "before v2"}, token)
         # The workers appear, running; the graph with its stateful and finished nodes.
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#workers tr[data-state=running]")) == 2)
         assert browser.title == "Sparkpoint"

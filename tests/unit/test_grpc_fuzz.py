@@ -20,17 +20,16 @@ import math
 
 import grpc
 import pytest
-from fastapi.testclient import TestClient
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.grpc.servicer import DETAILS_MAX, start_grpc_server
-from controller.rest.app import create_app
 from sparkpoint.messages import Registration
 from sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 from tests.unit.fakes import FakeClock, new_service
+from tests.unit.rest_support import client_for
 from tests.unit.savepoint_support import running_pipeline, take
 
 REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND}
@@ -116,7 +115,7 @@ def controller(tmp_path):
     take(running_pipeline(service))
     server, port = start_grpc_server(service, "127.0.0.1", 0)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    with TestClient(create_app(service)) as rest:
+    with client_for(service) as rest:
         yield service, pb_grpc.ControllerStub(channel), rest
     channel.close()
     server.stop(grace=None).wait()

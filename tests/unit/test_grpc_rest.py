@@ -9,10 +9,8 @@ import threading
 
 import grpc
 import pytest
-from fastapi.testclient import TestClient
 
 from controller.grpc.servicer import start_grpc_server
-from controller.rest.app import create_app
 from sparkpoint.messages import (
     CheckpointInfo,
     CheckpointNow,
@@ -30,6 +28,7 @@ from sparkpoint.messages import (
     WorkerState,
 )
 from tests.unit.fakes import new_service
+from tests.unit.rest_support import client_for
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
 
 
@@ -57,7 +56,7 @@ def make_client(grpc_port):
 
 @pytest.fixture
 def rest(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 
@@ -208,7 +207,7 @@ def test_health(rest):
 
 def test_health_is_503_naming_each_problem(service):
     problems = ["cannot write the controller checkpoint /state/controller-checkpoint.json: No space left on device"]
-    with TestClient(create_app(service, lambda: problems)) as client:
+    with client_for(service, lambda: problems) as client:
         response = client.get("/health")
     assert response.status_code == 503 and response.json() == {"status": "unhealthy", "problems": problems}
 

@@ -12,12 +12,10 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
-from fastapi.testclient import TestClient
 
 from controller.core import validation
 from controller.core.errors import InvalidRequest
 from controller.grpc.servicer import DETAILS_MAX
-from controller.rest.app import create_app
 from sparkpoint import limits
 from sparkpoint.messages import (
     CheckpointInfo,
@@ -37,6 +35,7 @@ from sparkpoint.messages import (
 from sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 from tests.unit.fakes import new_service
+from tests.unit.rest_support import client_for
 from worker.control.actions import CommandExecutor
 from worker.control.client import ControllerClient, NotRegistered, WorkerIdentity
 from worker.control.commands import CommandBook
@@ -124,7 +123,7 @@ def test_long_error_text_is_clipped_not_refused(stub, worker, service):
 
 @pytest.fixture
 def rest_client(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 

@@ -8,7 +8,6 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.rest.app import create_app
 from sparkpoint.messages import (
     CheckpointInfo,
     PipelineNode,
@@ -22,6 +21,7 @@ from sparkpoint.messages import (
     VolumeUse,
     WorkerState,
 )
+from tests.unit.rest_support import client_for
 from tests.unit.savepoint_support import take
 
 NODES = (PipelineNode("trades", "source.log"), PipelineNode("vwap", "aggregate", True, ("trades",)),
@@ -90,7 +90,7 @@ def value(families: dict, family: str, sample: str | None = None, **labels: str)
 
 @pytest.fixture
 def rest(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
 from controller.progress.observations import HISTORY_WINDOW_S, SAMPLE_INTERVAL_S
-from controller.rest.app import create_app
 from sparkpoint.messages import (
     CheckpointInfo,
     PipelineNode,
@@ -22,6 +20,7 @@ from sparkpoint.messages import (
     WorkerState,
 )
 from tests.unit.fakes import new_service
+from tests.unit.rest_support import client_for
 from tests.unit.savepoint_support import take
 
 NODES = (PipelineNode("trades", "source.log"), PipelineNode("vwap", "aggregate", True, ("trades",)),
@@ -31,7 +30,7 @@ NODES = (PipelineNode("trades", "source.log"), PipelineNode("vwap", "aggregate",
 
 @pytest.fixture
 def rest(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 

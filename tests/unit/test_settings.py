@@ -25,6 +25,8 @@ from worker.runtime.ui import spark_ui_conf
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
+# The controller starts without authentication only when told so explicitly.
+NO_AUTH = {"SP_API_AUTH": "none"}
 
 
 def settings_error(call, variable: str) -> SettingsError:
@@ -111,10 +113,10 @@ def test_address_invalid(value):
 
 
 def test_port_bounds():
-    assert ControllerSettings.from_env({"SP_CONTROLLER_GRPC_PORT": "65535"}).grpc_port == 65535
-    assert ControllerSettings.from_env({"SP_CONTROLLER_GRPC_PORT": "1"}).grpc_port == 1
-    settings_error(lambda: ControllerSettings.from_env({"SP_CONTROLLER_GRPC_PORT": "0"}), "SP_CONTROLLER_GRPC_PORT")
-    settings_error(lambda: ControllerSettings.from_env({"SP_CONTROLLER_GRPC_PORT": "65536"}),
+    assert ControllerSettings.from_env({**NO_AUTH, "SP_CONTROLLER_GRPC_PORT": "65535"}).grpc_port == 65535
+    assert ControllerSettings.from_env({**NO_AUTH, "SP_CONTROLLER_GRPC_PORT": "1"}).grpc_port == 1
+    settings_error(lambda: ControllerSettings.from_env({**NO_AUTH, "SP_CONTROLLER_GRPC_PORT": "0"}), "SP_CONTROLLER_GRPC_PORT")
+    settings_error(lambda: ControllerSettings.from_env({**NO_AUTH, "SP_CONTROLLER_GRPC_PORT": "65536"}),
                    "SP_CONTROLLER_GRPC_PORT")
 
 
@@ -244,8 +246,8 @@ def test_files_and_upserts_run_with_checkpoints_off():
 # --- ControllerSettings -------------------------------------------------------
 
 def test_controller_defaults():
-    s = ControllerSettings.from_env({})
-    assert (s.bind, s.grpc_port, s.http_port, s.worker_count) == ("0.0.0.0", 50051, 8080, 1)
+    s = ControllerSettings.from_env(NO_AUTH)
+    assert (s.bind, s.grpc_port, s.http_port, s.worker_count) == ("127.0.0.1", 50051, 8080, 1)
 
 
 @pytest.mark.parametrize("variable, value", [
@@ -255,7 +257,7 @@ def test_controller_defaults():
     ("SP_WORKER_COUNT", "0"),
 ])
 def test_controller_bad_values_name_the_variable(variable, value):
-    settings_error(lambda: ControllerSettings.from_env({variable: value}), variable)
+    settings_error(lambda: ControllerSettings.from_env({**NO_AUTH, variable: value}), variable)
 
 
 # --- ProducerSettings, CliSettings, DevStackSettings -----------------------------

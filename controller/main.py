@@ -39,6 +39,9 @@ def main() -> None:
     if settings.api_token is None:
         log.warning("SP_API_AUTH=none: the REST API answers anyone who reaches %s:%d, without a token",
                     settings.bind, settings.http_port)
+    if settings.grpc_token is None:
+        log.warning("SP_GRPC_AUTH=none: the gRPC service answers anyone who reaches %s:%d, without a token",
+                    settings.bind, settings.grpc_port)
     try:
         check_port_free(settings.bind, settings.http_port)
     except OSError as error:
@@ -72,7 +75,8 @@ def main() -> None:
         checkpointer = PeriodicCheckpointer(store, service.snapshot, settings.checkpoint_freq_ms)
         checkpointer.start()
     try:
-        grpc_server, grpc_port = start_grpc_server(service, settings.bind, settings.grpc_port)
+        grpc_server, grpc_port = start_grpc_server(service, settings.bind, settings.grpc_port,
+                                                     token=settings.grpc_token)
     except (OSError, RuntimeError) as error:
         exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_GRPC_PORT: {error}")
     log.info("gRPC on %s:%d, REST on http://%s:%d (expecting %d workers)",

@@ -11,6 +11,7 @@ from sparkpoint.secrets import Secret
 from sparkpoint.settings import (
     ApiTokenFile,
     GrpcPort,
+    GrpcTokenFile,
     HttpPort,
     Milliseconds,
     SavepointDir,
@@ -54,6 +55,11 @@ class ControllerSettings(Settings):
         description="comma-separated `Host` names the REST API answers (`*.example.com` patterns, `*` for any); "
                     "others get 400, against DNS rebinding")
 
+    grpc_token_file: GrpcTokenFile = None
+    grpc_auth: Auth = Field(
+        "token", description="`none` runs the gRPC service without authentication (logged as a warning); "
+                             "anything but `token` and `none` is refused")
+
     @field_validator("api_allowed_hosts")
     @classmethod
     def _host_names(cls, hosts: str) -> str:
@@ -68,6 +74,7 @@ class ControllerSettings(Settings):
     @model_validator(mode="after")
     def _api_token_unless_none(self) -> ControllerSettings:
         _one_of(self.api_auth, self.api_token_file, "SP_API_TOKEN_FILE", "SP_API_AUTH", "the REST API's bearer token")
+        _one_of(self.grpc_auth, self.grpc_token_file, "SP_GRPC_TOKEN_FILE", "SP_GRPC_AUTH", "the gRPC shared secret")
         return self
 
     @property
@@ -78,6 +85,11 @@ class ControllerSettings(Settings):
     def api_token(self) -> Secret | None:
         """The REST API's token; None when ``SP_API_AUTH=none``."""
         return self.api_token_file if self.api_auth == "token" else None
+
+    @property
+    def grpc_token(self) -> Secret | None:
+        """The gRPC shared secret; None when ``SP_GRPC_AUTH=none``."""
+        return self.grpc_token_file if self.grpc_auth == "token" else None
 
 
 def _one_of(auth: Auth, secret: Secret | None, file_variable: str, auth_variable: str, what: str) -> None:

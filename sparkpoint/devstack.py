@@ -5,7 +5,8 @@ Starts a controller, N workers and a producer on the embedded defaults
 stops everything on Ctrl-C. The integration tests drive the same class.
 The controller listens on 127.0.0.1; its REST token is generated on first
 start into ``<root>/secrets/api-token`` (``SP_API_TOKEN_FILE`` of every
-service, unless the caller's environment sets it or ``SP_API_AUTH``).
+service, unless the caller's environment sets it or ``SP_API_AUTH``), the
+gRPC secret likewise into ``grpc-token`` (``SP_GRPC_TOKEN_FILE``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import IO
 
 from pydantic import Field
 
-from sparkpoint.secrets import ensure_secret
+from sparkpoint.secrets import Secret, ensure_secret, read_secret
 from sparkpoint.settings import GrpcPort, HttpPort, Settings, SettingsError, UserPath, exit_with_error
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,6 +67,10 @@ class StackConfig:
         return self.root / "secrets" / "api-token"
 
     @property
+    def grpc_token_file(self) -> Path:
+        return self.root / "secrets" / "grpc-token"
+
+    @property
     def api_token(self) -> str | None:
         """The controller's REST token; None when the stack runs without one."""
         if "SP_API_AUTH" in self.env or "SP_API_TOKEN_FILE" in self.env:
@@ -73,12 +78,21 @@ class StackConfig:
             return Path(path).read_text().strip() if path else None
         return self.api_token_file.read_text().strip()
 
+    @property
+    def grpc_token(self) -> Secret | None:
+        """The gRPC shared secret, for clients the tests start; None without one."""
+        path = self.env.get("SP_GRPC_TOKEN_FILE") or (None if "SP_GRPC_AUTH" in self.env else self.grpc_token_file)
+        return read_secret(Path(path)) if path else None
+
     def secrets_env(self) -> dict[str, str]:
         """The secrets every service is given: generated under ``root/secrets`` on
-        first start, unless the caller chose (``SP_API_TOKEN_FILE`` / ``SP_API_AUTH``)."""
+        first start, unless the caller chose (``SP_API_TOKEN_FILE`` / ``SP_API_AUTH``,
+        ``SP_GRPC_TOKEN_FILE`` / ``SP_GRPC_AUTH``)."""
         env = {}
         if "SP_API_AUTH" not in self.env and "SP_API_TOKEN_FILE" not in self.env:
             env["SP_API_TOKEN_FILE"] = str(ensure_secret(self.api_token_file))
+        if "SP_GRPC_AUTH" not in self.env and "SP_GRPC_TOKEN_FILE" not in self.env:
+            env["SP_GRPC_TOKEN_FILE"] = str(ensure_secret(self.grpc_token_file))
         return env
 
 

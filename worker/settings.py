@@ -13,6 +13,7 @@ from sparkpoint.errors import shown
 from sparkpoint.settings import (
     Address,
     ForceGraphChange,
+    GrpcTokenFile,
     HealthMaxAge,
     LogDir,
     Milliseconds,
@@ -39,6 +40,7 @@ class WorkerSettings(Settings):
                            description="name in status and logs: letters, digits, `_` `.` `-`, starting with a "
                                        "letter or digit, at most 64 characters (what the controller accepts)")
     controller_addr: Address = Field("localhost:50051", description="controller gRPC address (`host:port`)")
+    grpc_token_file: GrpcTokenFile = None
     work_dir: UserPath = Field(
         default_factory=lambda given: Path(f"var/work/{given['worker_id']}"),
         description="Spark's working checkpoint directory (fast local storage; each run uses a fresh `run-*` "

@@ -73,7 +73,8 @@ def test_a_full_controller_disk_refuses_savepoints_with_503_and_no_id_is_given_t
     wait_until(lambda: get_json(f"{base}/health").get("status") == "ok", timeout_s=60, what="the controller")
     for index in (0, 1):
         client = ControllerClient(f"localhost:{stack.config.grpc_port}",
-                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5)
+                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5,
+                                  token=stack.config.grpc_token)
         client.register_once()
         client.commit_checkpoint(CheckpointInfo(1))
         client.close()
@@ -101,7 +102,8 @@ def test_a_full_controller_disk_refuses_savepoints_with_503_and_no_id_is_given_t
     assert [s["id"] for s in listed] == ["sp-000002"]
     for index in (0, 1):
         client = ControllerClient(f"localhost:{stack.config.grpc_port}",
-                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5)
+                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5,
+                                  token=stack.config.grpc_token)
         client.register_once()
         client.close()
     status, body = post(f"{base}/savepoints", {"label": "after the restart"}, token)

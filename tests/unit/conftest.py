@@ -8,6 +8,7 @@ import uvicorn
 from controller.core.service import ControllerService
 from controller.grpc.servicer import start_grpc_server
 from tests.unit.fakes import FakeClock, new_service
+from tests.unit.grpc_support import GRPC_TOKEN
 from tests.unit.rest_support import TOKEN, app_for
 from tests.unit.savepoint_support import Pipeline, running_pipeline
 
@@ -25,7 +26,7 @@ def service(clock, tmp_path) -> ControllerService:
 @pytest.fixture
 def address(service) -> str:
     """``service`` served over gRPC in process: its address."""
-    server, port = start_grpc_server(service, "127.0.0.1", 0)
+    server, port = start_grpc_server(service, "127.0.0.1", 0, token=GRPC_TOKEN)
     yield f"127.0.0.1:{port}"
     server.stop(grace=None).wait()
 

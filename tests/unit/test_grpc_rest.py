@@ -27,14 +27,15 @@ from sparkpoint.messages import (
     SinkState,
     WorkerState,
 )
-from tests.unit.fakes import new_service
+from tests.unit.fakes import new_service, process_died
+from tests.unit.grpc_support import GRPC_TOKEN
 from tests.unit.rest_support import client_for
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
 
 
 @pytest.fixture
 def grpc_port(service):
-    server, port = start_grpc_server(service, "127.0.0.1", 0)
+    server, port = start_grpc_server(service, "127.0.0.1", 0, token=GRPC_TOKEN)
     yield port
     server.stop(grace=None).wait()
 
@@ -45,7 +46,7 @@ def make_client(grpc_port):
 
     def make(worker_id="w0", index=0, count=2, address=None) -> ControllerClient:
         identity = WorkerIdentity(worker_id, index, count, "fp-1", ("src", "out"))
-        client = ControllerClient(address or f"127.0.0.1:{grpc_port}", identity, timeout_s=5)
+        client = ControllerClient(address or f"127.0.0.1:{grpc_port}", identity, timeout_s=5, token=GRPC_TOKEN)
         clients.append(client)
         return client
 
@@ -95,9 +96,10 @@ def test_report_statuses(make_client, service):
     assert (record.queries[0].batch_id, record.queries[0].rows_processed) == (2, 9)
 
 
-def test_reports_of_an_older_session_are_stale(make_client):
+def test_reports_of_an_older_session_are_stale(make_client, clock):
     old = make_client()
     old.register_once()
+    process_died(clock)
     new = make_client()
     new.register_once()                       # the same worker id, restarted
     assert new.session_id != old.session_id

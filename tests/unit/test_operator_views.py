@@ -37,8 +37,10 @@ def rest(service):
 class Worker:
     def __init__(self, service, index: int, held=(), nodes=NODES) -> None:
         self.service, self.id, self.seq = service, f"w{index}", 0
+        known = service.worker(self.id)         # the same process registering again
         self.session = service.register(Registration(self.id, index, 2, "fp-1", tuple(n.name for n in nodes),
-                                                      tuple(held), nodes)).session_id
+                                                      tuple(held), nodes, known.session_id if known else "")
+                                        ).session_id
 
     def report(self, **fields) -> None:
         self.seq += 1

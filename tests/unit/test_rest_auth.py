@@ -19,7 +19,7 @@ from sparkpoint.messages import Restart
 from sparkpoint.settings import SettingsError
 from tests.unit.rest_support import ACCESS, AUTH, TOKEN, app_for, client_for
 from tests.unit.savepoint_support import take
-from tests.unit.test_settings import run_module
+from tests.unit.test_settings import NO_AUTH, run_module
 
 # A value for each kind of path parameter.
 SAMPLES = {"worker_id": "w0", "savepoint_id": "sp-000001", "name": "page.js"}
@@ -129,7 +129,7 @@ def test_without_a_token_nothing_asks_for_one(service):
 
 def test_the_token_is_read_from_its_file(tmp_path):
     (tmp_path / "token").write_text(f"  {TOKEN}  \n")
-    settings = ControllerSettings.from_env({"SP_API_TOKEN_FILE": str(tmp_path / "token")})
+    settings = ControllerSettings.from_env({"SP_API_TOKEN_FILE": str(tmp_path / "token"), "SP_GRPC_AUTH": "none"})
     assert settings.api_token.value == TOKEN and settings.api_token.matches(TOKEN)
     assert TOKEN not in repr(settings)
     assert settings.allowed_hosts == ("localhost", "127.0.0.1", "controller")
@@ -162,7 +162,7 @@ def test_the_controller_does_not_start_without_a_token():
 
 
 def test_no_authentication_only_when_asked_for():
-    assert ControllerSettings.from_env({"SP_API_AUTH": "none"}).api_token is None
+    assert ControllerSettings.from_env(NO_AUTH).api_token is None
     assert ACCESS.token is not None
 
 

@@ -26,7 +26,7 @@ from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 # The controller starts without authentication only when told so explicitly.
-NO_AUTH = {"SP_API_AUTH": "none"}
+NO_AUTH = {"SP_API_AUTH": "none", "SP_GRPC_AUTH": "none"}
 
 
 def settings_error(call, variable: str) -> SettingsError:

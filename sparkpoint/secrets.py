@@ -70,13 +70,36 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def ensure_secret(path: Path) -> Path:
-    """Create ``path`` with a new token (mode 0600) unless it exists; returns it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def ensure_secret(path: Path, mode: int = 0o600) -> Path:
+    """Create ``path`` with a new token unless it exists (its directory 0700);
+    returns it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
         return path
     with os.fdopen(fd, "w") as file:
         file.write(new_token() + "\n")
+    os.chmod(path, mode)      # whatever the umask
     return path
+
+
+# The compose stack's secrets (docker-compose.yml's `secrets:`).
+COMPOSE_SECRETS = ("api-token", "grpc-token", "postgres-password")
+
+
+def ensure_compose_secrets(directory: Path) -> list[Path]:
+    """``make up``: each of the stack's secrets, generated on first start. The
+    directory is 0700 (only its owner reaches the files); the files are
+    readable by all (0444) because Docker bind-mounts them into containers
+    whose users (10001, postgres) are not the owner, which compose cannot
+    change outside swarm mode."""
+    return [ensure_secret(directory / name, 0o444) for name in COMPOSE_SECRETS]
+
+
+if __name__ == "__main__":
+    import sys
+
+    directory = Path(sys.argv[1] if len(sys.argv) > 1 else ".secrets")
+    ensure_compose_secrets(directory)
+    print(f"secrets: {directory}/ ({', '.join(COMPOSE_SECRETS)})")

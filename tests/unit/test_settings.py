@@ -193,6 +193,17 @@ def test_postgres_from_its_parts_with_defaults():
                         "password": "s3cret"}
 
 
+def test_postgres_password_from_a_file(tmp_path):
+    (tmp_path / "pg").write_text("fr0m-a-file\n")
+    settings = WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_PG_PASSWORD_FILE": str(tmp_path / "pg")})
+    assert conninfo_to_dict(settings.postgres)["password"] == "fr0m-a-file"
+    assert "fr0m-a-file" not in repr(settings)
+    with pytest.raises(SettingsError, match="SP_PG_PASSWORD_FILE: set either"):
+        WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_PG_PASSWORD": "x", "SP_PG_PASSWORD_FILE": str(tmp_path / "pg")})
+    with pytest.raises(SettingsError, match="SP_PG_HOST: is required with SP_PG_PASSWORD_FILE"):
+        WorkerSettings.from_env({"SP_PG_PASSWORD_FILE": str(tmp_path / "pg")})
+
+
 def test_postgres_from_a_dsn():
     dsn = "postgresql://u@db:6543/events"
     assert WorkerSettings.from_env({"SP_PG_DSN": dsn}).postgres == dsn

@@ -45,6 +45,8 @@ def test_every_service_is_hardened_and_limited(service):
     assert spec["read_only"] is True
     assert spec["logging"] == {"driver": "json-file", "options": {"max-size": "10m", "max-file": "3"}}
     assert spec["mem_limit"] and 0 < float(spec["cpus"]) <= 2 and 0 < spec["pids_limit"] <= 1024
+    # A tmpfs is root's, 0755, unless told: the services run as other users.
+    assert all("mode=1777" in mount for mount in spec.get("tmpfs", [])), spec.get("tmpfs")
 
 
 def test_the_networks_are_separated():

@@ -104,10 +104,14 @@ DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f))
 # Stopping takes down every profile's services, whichever were started.
 DC_ALL = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) --profile monitoring
 UP_TIMEOUT ?= 420
+# The stack's secrets (REST token, gRPC secret, PostgreSQL password): generated
+# here on first `make up`, kept out of git, handed to the services as Docker secrets.
+SP_SECRETS_DIR ?= .secrets
+export SP_SECRETS_DIR
 WHEELHOUSE := build/wheelhouse
 IMAGE_INPUTS := pyproject.toml controller worker proto sparkpoint sparkpoint_cli $(WHEELHOUSE)
 
-.PHONY: images monitoring-images docker-tools base-images wheelhouse up down clean docker-ps docker-logs docker-crash docker-clean-images savepoint
+.PHONY: images monitoring-images docker-tools base-images wheelhouse secrets up down clean docker-ps docker-logs docker-crash docker-clean-images savepoint
 
 docker-tools:
 	@command -v docker >/dev/null 2>&1 || { echo "docker is not installed" >&2; exit 1; }
@@ -142,16 +146,20 @@ images: proto base-images wheelhouse $(if $(MONITORING),monitoring-images)
 	  docker/postgres >/dev/null
 	@docker images --filter 'reference=sparkpoint-*:latest'
 
-up: images
+secrets: $(STAMP)
+	@$(PY) -m sparkpoint.secrets $(SP_SECRETS_DIR)
+
+up: images secrets
 	$(DC) up -d --remove-orphans
 	@COMPOSE="$(DC)" docker/wait-healthy.sh $(UP_TIMEOUT) controller worker-0 worker-1 producer postgres \
 	  $(if $(MONITORING),prometheus)
 	@port=$$($(DC) port controller 8080 | sed 's/.*://'); \
 	  echo "Sparkpoint is running (project $(COMPOSE_PROJECT_NAME)):"; \
-	  echo "  status page: http://localhost:$$port/"; \
-	  echo "  status:      sparkpoint status --controller http://localhost:$$port (or curl localhost:$$port/status)"; \
-	  echo "  metrics:     curl localhost:$$port/metrics"; \
-	  echo "  API docs:    http://localhost:$$port/docs"; \
+	  echo "  the REST API needs the token in $(SP_SECRETS_DIR)/api-token (every endpoint but /health):"; \
+	  echo "  status:      SP_API_TOKEN_FILE=$(SP_SECRETS_DIR)/api-token sparkpoint status --controller http://localhost:$$port"; \
+	  echo "               curl -H \"Authorization: Bearer \$$(cat $(SP_SECRETS_DIR)/api-token)\" localhost:$$port/status"; \
+	  echo "  metrics:     the same with localhost:$$port/metrics"; \
+	  echo "  status page, API docs: http://localhost:$$port/ and /docs, with that Authorization header"; \
 	  echo "  logs:        $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) logs -f worker-0"
 	@$(if $(MONITORING),echo "  Prometheus:  http://localhost:$$($(DC) port prometheus 9090 | sed 's/.*://')/")
 

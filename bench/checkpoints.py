@@ -38,7 +38,7 @@ def new_stack(root: Path, **env: str) -> LocalStack:
 
 
 def worker(stack: LocalStack) -> dict | None:
-    workers = get_json(stack.config.status_url).get("workers", [])
+    workers = get_json(stack.config.status_url, stack.config.api_token).get("workers", [])
     return workers[0] if workers else None
 
 

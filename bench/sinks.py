@@ -75,7 +75,7 @@ def new_database(server: PostgresServer, name: str) -> str:
 
 
 def first_batch(stack: LocalStack) -> None:
-    wait_until(lambda: (w := get_json(stack.config.status_url).get("workers")) and w[0]["batch_id"] >= 0,
+    wait_until(lambda: (w := get_json(stack.config.status_url, stack.config.api_token).get("workers")) and w[0]["batch_id"] >= 0,
                timeout_s=600, what="the first batch", interval_s=0.1)
 
 
@@ -182,7 +182,7 @@ def latency_run(root: Path, server: PostgresServer, freq_ms: int, seconds: int, 
         time.sleep(seconds + 5)
         stack.stop("producer")
         events = log_events(EventLog(stack.config.log_dir / "trades"))
-        wait_until(lambda: all_published(get_json(stack.config.status_url)), timeout_s=120,
+        wait_until(lambda: all_published(get_json(stack.config.status_url, stack.config.api_token)), timeout_s=120,
                    what="everything published", interval_s=0.2)
         time.sleep(0.5)
         sampler.stop()
@@ -206,7 +206,7 @@ def throughput_run(root: Path, server: PostgresServer, sink: str, events: int) -
         stack.start_worker(0)
         first_batch(stack)
         started = time.monotonic()
-        wait_until(lambda: (s := get_json(stack.config.status_url)) and all_published(s)
+        wait_until(lambda: (s := get_json(stack.config.status_url, stack.config.api_token)) and all_published(s)
                    and s["workers"][0]["offsets"].get("out") == ends, timeout_s=900,
                    what="the whole log published", interval_s=0.1)
         return events / (time.monotonic() - started)

@@ -83,9 +83,10 @@ class SinkSampler:
     ``interval_s``; notes when each event (files) or each symbol's count
     (upsert) first showed, from ``start()`` on."""
 
-    def __init__(self, output: Path, pg_host: str, interval_s: float = 0.2) -> None:
+    def __init__(self, output: Path, pg_host: str, pg_password: str, interval_s: float = 0.2) -> None:
         self.output = output
         self.pg_host = pg_host
+        self.pg_password = pg_password
         self.interval_s = interval_s
         self.files_latency: list[float] = []
         self.counts: dict[str, list[tuple[int, float]]] = {}     # sym -> (trades, first seen) as it grew
@@ -108,7 +109,7 @@ class SinkSampler:
 
         try:
             conn = psycopg.connect(host=self.pg_host, dbname="sparkpoint", user="sparkpoint",
-                                   password="sparkpoint", autocommit=True, connect_timeout=5)
+                                   password=self.pg_password, autocommit=True, connect_timeout=5)
         except psycopg.Error as error:
             conn = None         # files only
             self.errors.append(f"PostgreSQL at {self.pg_host}: {str(error).strip()}")
@@ -229,14 +230,15 @@ def main() -> None:
                    interval_s=1)
         time.sleep(args.settle)     # let the start-up backlog drain before measuring
         meters = {name: CpuMeter(stack.container(name)) for name in SERVICES}
-        pg = stack.container("postgres").attrs["NetworkSettings"]["Networks"][f"{stack.project}_default"]
-        sampler = SinkSampler(volume_path(stack, "output") / "trades_enriched", pg["IPAddress"])
+        pg = stack.container("postgres").attrs["NetworkSettings"]["Networks"][f"{stack.project}_data"]
+        sampler = SinkSampler(volume_path(stack, "output") / "trades_enriched", pg["IPAddress"],
+                              (stack.secrets / "postgres-password").read_text().strip())
         sampler.start()
         started = time.time()
         samples = sample(stack, args.seconds, meters)
         time.sleep(5)       # events of the window's end still on their way to the sinks
         sampler.stop()
-        history = get_json(stack.status_url.replace("/status", "/history"))
+        history = get_json(stack.status_url.replace("/status", "/history"), stack.api_token)
         times = event_times(volume_path(stack, "eventlog") / "trades")
     finally:
         stack.down()

@@ -89,8 +89,8 @@ def run_spark(source: str, data: Path, work: Path, events: int, batch: int, limi
     return {"rate": rate.per_second, "partial": processed < events, "batches": max(map(len, progress.values()))}
 
 
-def worker_poll(status_url: str, ends: dict[str, int]) -> StatusPoll | None:
-    workers = get_json(status_url).get("workers", [])
+def worker_poll(status_url: str, token: str | None, ends: dict[str, int]) -> StatusPoll | None:
+    workers = get_json(status_url, token).get("workers", [])
     if not workers:
         return None
     worker = workers[0]
@@ -115,7 +115,7 @@ def run_sparkpoint(data: Path, work: Path, env: dict[str, str], limit: float, po
             if any(s.process.poll() is not None for s in stack.services.values()):
                 raise RuntimeError(f"a service exited:\n{log_tails(stack)}")
             try:
-                poll = worker_poll(config.status_url, ends)
+                poll = worker_poll(config.status_url, config.api_token, ends)
             except OSError:
                 poll = None     # the controller is still starting
             if poll is not None:
@@ -126,8 +126,8 @@ def run_sparkpoint(data: Path, work: Path, env: dict[str, str], limit: float, po
                     started, deadline = True, poll.at + limit
             time.sleep(poll_s)  # polling the controller; the deadline bounds the run
         rate = polled_rate(polls)
-        status = get_json(config.status_url)["workers"][0]
-        history = get_json(config.status_url.replace("/status", "/history"))
+        status = get_json(config.status_url, config.api_token)["workers"][0]
+        history = get_json(config.status_url.replace("/status", "/history"), config.api_token)
     finally:
         stack.stop_all()
     durations = [c["duration_s"] * 1000 for w in history["workers"].values() for c in w["checkpoints"]]

@@ -13,6 +13,7 @@ import uvicorn
 from controller.checkpointing.store import ControllerCheckpointError, ControllerCheckpointStore, PeriodicCheckpointer
 from controller.core.service import ControllerService, InvalidSnapshot, ServiceConfig
 from controller.grpc.servicer import start_grpc_server
+from controller.rest.access import Access
 from controller.rest.app import create_app
 from controller.savepoints.service import SavepointConfig, SavepointService
 from controller.settings import ControllerSettings
@@ -35,6 +36,12 @@ def main() -> None:
         settings = ControllerSettings.from_env(os.environ)
     except SettingsError as error:
         exit_with_error("sparkpoint-controller", error)
+    if settings.api_token is None:
+        log.warning("SP_API_AUTH=none: the REST API answers anyone who reaches %s:%d, without a token",
+                    settings.bind, settings.http_port)
+    if settings.grpc_token is None:
+        log.warning("SP_GRPC_AUTH=none: the gRPC service answers anyone who reaches %s:%d, without a token",
+                    settings.bind, settings.grpc_port)
     try:
         check_port_free(settings.bind, settings.http_port)
     except OSError as error:
@@ -68,7 +75,8 @@ def main() -> None:
         checkpointer = PeriodicCheckpointer(store, service.snapshot, settings.checkpoint_freq_ms)
         checkpointer.start()
     try:
-        grpc_server, grpc_port = start_grpc_server(service, settings.bind, settings.grpc_port)
+        grpc_server, grpc_port = start_grpc_server(service, settings.bind, settings.grpc_port,
+                                                     token=settings.grpc_token)
     except (OSError, RuntimeError) as error:
         exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_GRPC_PORT: {error}")
     log.info("gRPC on %s:%d, REST on http://%s:%d (expecting %d workers)",
@@ -78,7 +86,8 @@ def main() -> None:
     # server below is stopped too and the exit status is 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    app = create_app(service, checkpointer.problems if checkpointer is not None else list)
+    app = create_app(service, checkpointer.problems if checkpointer is not None else list,
+                     access=Access(settings.api_token, settings.allowed_hosts))
     server = uvicorn.Server(uvicorn.Config(app, host=settings.bind, port=settings.http_port,
                                            log_level="warning"))
     try:

@@ -3,6 +3,10 @@
 Starts a controller, N workers and a producer on the embedded defaults
 (event log source, files sink) under ``var/``, prints where to look, and
 stops everything on Ctrl-C. The integration tests drive the same class.
+The controller listens on 127.0.0.1; its REST token is generated on first
+start into ``<root>/secrets/api-token`` (``SP_API_TOKEN_FILE`` of every
+service, unless the caller's environment sets it or ``SP_API_AUTH``), the
+gRPC secret likewise into ``grpc-token`` (``SP_GRPC_TOKEN_FILE``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import IO
 
 from pydantic import Field
 
+from sparkpoint.secrets import Secret, ensure_secret, read_secret
 from sparkpoint.settings import GrpcPort, HttpPort, Settings, SettingsError, UserPath, exit_with_error
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +62,39 @@ class StackConfig:
     def checkpoint_dir(self, index: int) -> Path:
         return self.root / "checkpoints" / f"worker-{index}"
 
+    @property
+    def api_token_file(self) -> Path:
+        return self.root / "secrets" / "api-token"
+
+    @property
+    def grpc_token_file(self) -> Path:
+        return self.root / "secrets" / "grpc-token"
+
+    @property
+    def api_token(self) -> str | None:
+        """The controller's REST token; None when the stack runs without one."""
+        if "SP_API_AUTH" in self.env or "SP_API_TOKEN_FILE" in self.env:
+            path = self.env.get("SP_API_TOKEN_FILE")
+            return Path(path).read_text().strip() if path else None
+        return self.api_token_file.read_text().strip()
+
+    @property
+    def grpc_token(self) -> Secret | None:
+        """The gRPC shared secret, for clients the tests start; None without one."""
+        path = self.env.get("SP_GRPC_TOKEN_FILE") or (None if "SP_GRPC_AUTH" in self.env else self.grpc_token_file)
+        return read_secret(Path(path)) if path else None
+
+    def secrets_env(self) -> dict[str, str]:
+        """The secrets every service is given: generated under ``root/secrets`` on
+        first start, unless the caller chose (``SP_API_TOKEN_FILE`` / ``SP_API_AUTH``,
+        ``SP_GRPC_TOKEN_FILE`` / ``SP_GRPC_AUTH``)."""
+        env = {}
+        if "SP_API_AUTH" not in self.env and "SP_API_TOKEN_FILE" not in self.env:
+            env["SP_API_TOKEN_FILE"] = str(ensure_secret(self.api_token_file))
+        if "SP_GRPC_AUTH" not in self.env and "SP_GRPC_TOKEN_FILE" not in self.env:
+            env["SP_GRPC_TOKEN_FILE"] = str(ensure_secret(self.grpc_token_file))
+        return env
+
 
 @dataclass
 class Service:
@@ -83,6 +121,7 @@ class LocalStack:
             "SP_CONTROLLER_HTTP_PORT": str(self.config.http_port),
             "SP_CONTROLLER_ADDR": f"localhost:{self.config.grpc_port}",
             "SP_PIPELINE": str(self.config.pipeline),
+            **self.config.secrets_env(),
         })
         env.update(self.config.env)
         return env
@@ -189,7 +228,10 @@ def main() -> None:
     stack = LocalStack(config)
     stack.start_all()
     print(f"Sparkpoint is running: controller, producer and {config.workers} workers.")
-    print(f"  status:   curl {config.status_url}")
+    token = f" -H \"Authorization: Bearer $(cat {config.api_token_file})\"" if config.api_token else ""
+    print(f"  status:   curl{token} {config.status_url}")
+    if config.api_token:
+        print(f"  CLI:      SP_API_TOKEN_FILE={config.api_token_file} sparkpoint status")
     print(f"  API docs: http://localhost:{config.http_port}/docs")
     print(f"  output:   {config.output_dir}")
     print(f"  logs:     {config.root / 'logs'}")

@@ -105,6 +105,7 @@ class Registration:
     node_names: tuple[str, ...] = ()
     checkpoints: tuple[CheckpointInfo, ...] = ()    # durable on the worker's volume, oldest first
     nodes: tuple[PipelineNode, ...] = ()            # the graph, in pipeline order
+    session_id: str = ""                            # the session this continues ("": a new process)
 
 
 @dataclass(frozen=True)

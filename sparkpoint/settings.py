@@ -20,6 +20,8 @@ from pydantic import AfterValidator, Field, ValidationError
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from sparkpoint.secrets import SecretFile
+
 PREFIX = "SP_"
 
 
@@ -145,3 +147,10 @@ HealthMaxAge = Annotated[Seconds, Field(
                       "producer's log) before the container counts as unhealthy")]
 GrpcPort = Annotated[Port, Field(description="the controller's gRPC port (workers)")]
 HttpPort = Annotated[Port, Field(description="the controller's REST port (people and tools)")]
+ApiTokenFile = Annotated[SecretFile | None, Field(
+    description="file holding the REST API's bearer token (a Docker secret): the controller requires "
+                "`Authorization: Bearer <token>` on every endpoint but `/health` and refuses to start without one "
+                "unless `SP_API_AUTH=none`; the CLI sends it")]
+GrpcTokenFile = Annotated[SecretFile | None, Field(
+    description="file holding the gRPC shared secret (a Docker secret): the controller refuses calls without it "
+                "(`UNAUTHENTICATED`) and to start without one unless `SP_GRPC_AUTH=none`; a worker sends it")]

@@ -115,6 +115,7 @@ def registration_to_pb(registration: Registration) -> pb.RegisterRequest:
         checkpoints=[checkpoint_to_pb(c) for c in registration.checkpoints],
         nodes=[pb.PipelineNode(name=n.name, kind=n.kind, stateful=n.stateful, inputs=list(n.inputs))
                for n in registration.nodes],
+        session_id=registration.session_id,
     )
 
 
@@ -127,6 +128,7 @@ def registration_from_pb(request: pb.RegisterRequest) -> Registration:
         node_names=tuple(request.node_names),
         checkpoints=tuple(checkpoint_from_pb(c) for c in request.checkpoints),
         nodes=tuple(PipelineNode(n.name, n.kind, n.stateful, tuple(n.inputs)) for n in request.nodes),
+        session_id=request.session_id,
     )
 
 

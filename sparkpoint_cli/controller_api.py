@@ -1,6 +1,6 @@
 """The controller's REST API as the CLI calls it: JSON over the standard
 library's ``urllib`` (the CLI must run where only the runtime dependencies
-are installed). Every failure becomes one line: ``Refused`` for a 409,
+are installed), with the bearer token of ``SP_API_TOKEN_FILE`` when set. Every failure becomes one line: ``Refused`` for a 409,
 ``CommandError`` for anything else."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from sparkpoint.secrets import Secret
 from sparkpoint_cli.errors import CommandError, Refused
 
 DEFAULT_URL = "http://localhost:8080"
@@ -34,11 +35,12 @@ def checked_url(url: str, source: str) -> str:
     return url.rstrip("/")
 
 
-def connect(option: str | None, configured: str) -> ControllerApi:
-    """The controller at ``--controller`` if given, else at ``SP_CONTROLLER_URL`` (``configured``)."""
+def connect(option: str | None, configured: str, token: Secret | None) -> ControllerApi:
+    """The controller at ``--controller`` if given, else at ``SP_CONTROLLER_URL``
+    (``configured``); ``token``: ``SP_API_TOKEN_FILE``'s, if set."""
     if option is not None:
-        return ControllerApi(checked_url(option, "--controller"))
-    return ControllerApi(checked_url(configured, "SP_CONTROLLER_URL"))
+        return ControllerApi(checked_url(option, "--controller"), token=token)
+    return ControllerApi(checked_url(configured, "SP_CONTROLLER_URL"), token=token)
 
 
 def quoted(segment: str) -> str:
@@ -47,9 +49,12 @@ def quoted(segment: str) -> str:
 
 
 class ControllerApi:
-    def __init__(self, base_url: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, base_url: str, *, token: Secret | None = None, timeout_s: float = 10.0) -> None:
         self.base_url = base_url
         self._timeout_s = timeout_s
+        self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if token is not None:
+            self._headers["Authorization"] = f"Bearer {token.value}"
 
     def get(self, path: str) -> Any:
         return self._call("GET", path)
@@ -62,14 +67,16 @@ class ControllerApi:
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(
-            self.base_url + path, method=method, headers={"Accept": "application/json",
-                                                          "Content-Type": "application/json"},
+            self.base_url + path, method=method, headers=self._headers,
             data=None if body is None else json.dumps(body).encode())
         try:
             with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as error:
             message = _error_message(error)
+            if error.code == 401:
+                raise CommandError(f"{message} (HTTP 401): set SP_API_TOKEN_FILE to the file holding the "
+                                   "controller's token") from None
             if error.code == 409:
                 raise Refused(message) from None
             raise CommandError(f"{message} (HTTP {error.code})") from None

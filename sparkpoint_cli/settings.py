@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from sparkpoint.settings import ForceGraphChange, SavepointDir, Settings
+from sparkpoint.settings import ApiTokenFile, ForceGraphChange, SavepointDir, Settings
 from sparkpoint_cli.controller_api import DEFAULT_URL
 
 
@@ -18,3 +18,4 @@ class CliSettings(Settings):
     force_graph_change: ForceGraphChange = False
     # `sparkpoint plan --from SAVEPOINT_ID` reads an exported or imported savepoint's manifests here.
     savepoint_dir: SavepointDir = Path("var/savepoints")
+    api_token_file: ApiTokenFile = None

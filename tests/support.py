@@ -81,24 +81,29 @@ def body_failed(request) -> bool:
     return report is not None and report.failed
 
 
-def get_json(url: str) -> dict:
+def bearer(token: str | None) -> dict[str, str]:
+    """The header that carries the controller's REST token (none without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def get_json(url: str, token: str | None = None) -> dict:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=bearer(token)), timeout=5) as response:
             return json.load(response)
     except urllib.error.HTTPError as error:
         return {"http_status": error.code, **json.load(error)}
 
 
-def post_json(url: str, body: dict) -> dict:
+def post_json(url: str, body: dict, token: str | None = None) -> dict:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **bearer(token)})
     with urllib.request.urlopen(request, timeout=5) as response:
         return json.load(response)
 
 
 def worker_status(stack, index: int = 0) -> dict | None:
     """Worker ``index`` as the stack's controller shows it (None until it registered)."""
-    status = get_json(stack.config.status_url)
+    status = get_json(stack.config.status_url, stack.config.api_token)
     return next((w for w in status.get("workers", []) if w["worker_index"] == index), None)
 
 

@@ -66,7 +66,8 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
                               pipeline.fingerprint(), layout.node_names, pipeline.graph())
     client = ControllerClient(settings.controller_addr, identity,
-                              checkpoints=lambda: [m.info() for m in store.readable()[0]] if checkpoints_on else [])
+                              checkpoints=lambda: [m.info() for m in store.readable()[0]] if checkpoints_on else [],
+                              token=settings.grpc_token_file)
     session = Session(settings, pipeline, layout, store, spark, client)
     try:
         # 3-7.

@@ -10,9 +10,11 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from sparkpoint import limits
 from sparkpoint.errors import shown
+from sparkpoint.secrets import SecretFile
 from sparkpoint.settings import (
     Address,
     ForceGraphChange,
+    GrpcTokenFile,
     HealthMaxAge,
     LogDir,
     Milliseconds,
@@ -24,7 +26,7 @@ from sparkpoint.settings import (
     WorkerCount,
 )
 
-_PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password")
+_PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password", "pg_password_file")
 
 
 class WorkerSettings(Settings):
@@ -39,6 +41,7 @@ class WorkerSettings(Settings):
                            description="name in status and logs: letters, digits, `_` `.` `-`, starting with a "
                                        "letter or digit, at most 64 characters (what the controller accepts)")
     controller_addr: Address = Field("localhost:50051", description="controller gRPC address (`host:port`)")
+    grpc_token_file: GrpcTokenFile = None
     work_dir: UserPath = Field(
         default_factory=lambda given: Path(f"var/work/{given['worker_id']}"),
         description="Spark's working checkpoint directory (fast local storage; each run uses a fresh `run-*` "
@@ -87,6 +90,8 @@ class WorkerSettings(Settings):
     pg_database: str = Field("sparkpoint", description="database")
     pg_user: str = Field("sparkpoint", description="user")
     pg_password: SecretStr | None = Field(None, description="password")
+    pg_password_file: SecretFile | None = Field(
+        None, description="instead of `SP_PG_PASSWORD`: a file holding the password (a Docker secret)")
     pg_dsn: str | None = Field(
         None, description="instead of the five above: one libpq connection string or `postgresql://` URI")
     health_max_age_s: HealthMaxAge = Field(30, validation_alias="SP_HEALTH_MAX_AGE")
@@ -124,6 +129,8 @@ class WorkerSettings(Settings):
         given = [self.variable(part) for part in _PG_PARTS if part in self.model_fields_set]
         if self.pg_dsn and given:
             raise SettingsError("SP_PG_DSN", f"set either SP_PG_DSN or {', '.join(given)}, not both")
+        if self.pg_password and self.pg_password_file:
+            raise SettingsError("SP_PG_PASSWORD_FILE", "set either SP_PG_PASSWORD or SP_PG_PASSWORD_FILE, not both")
         if given and not self.pg_host:
             raise SettingsError("SP_PG_HOST", f"is required with {', '.join(given)}")
         return self
@@ -135,6 +142,7 @@ class WorkerSettings(Settings):
             return self.pg_dsn
         if not self.pg_host:
             return None
-        password = {"password": self.pg_password.get_secret_value()} if self.pg_password else {}
+        password = ({"password": self.pg_password.get_secret_value()} if self.pg_password else
+                    {"password": self.pg_password_file.value} if self.pg_password_file else {})
         return make_conninfo(host=self.pg_host, port=self.pg_port, dbname=self.pg_database, user=self.pg_user,
                              **password)

@@ -17,6 +17,11 @@ class Conflict(ControllerError):
     """The request contradicts the controller's state (gRPC FAILED_PRECONDITION, HTTP 409)."""
 
 
+class SessionActive(Conflict):
+    """Another live session holds the worker id (gRPC ALREADY_EXISTS, HTTP 409):
+    retry once it has been silent long enough."""
+
+
 class Unavailable(ControllerError):
     """The controller cannot do it now: its state cannot be written, so the
     change was not made (gRPC UNAVAILABLE, HTTP 503)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from controller.core import validation
 from controller.core.checkpoints import DurableCheckpoint, worker_checkpoints
-from controller.core.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from controller.core.errors import Conflict, InvalidRequest, NotFound, SessionActive, Unavailable
 from controller.core.graph import PipelineView, pipeline_view
 from controller.core.history import HistoryView
 from controller.core.readings import Readings, WorkerDurations
@@ -67,6 +67,10 @@ def decide_restore(registration: Registration, record: WorkerRecord) -> RestoreD
 # only make it register again (or, with another worker id on the index,
 # refuse it).
 RELEASE_SILENCE_S = 30.0
+# A worker id's session is alive while it reported (or registered) within
+# this many seconds: another registration under that id is refused meanwhile
+# unless it names that session (the same process registering again).
+TAKEOVER_SILENCE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class ControllerService:
         1. Validate the request (``validation``) and its identity against the
            configured worker count.
         2. Refuse a second worker id claiming an index another worker holds,
+           a second process taking the session of a live one (``SessionActive``:
+           it may retry once that one has been silent ``TAKEOVER_SILENCE_S``),
            and checkpoints too far past the newest known of this worker.
         3. Record it under a new session id: reports and commits of older
            sessions become stale.
@@ -123,6 +129,13 @@ class ControllerService:
                     f"worker index {registration.worker_index} is already held by {holder.worker_id}; "
                     f"{registration.worker_id} needs a different SP_WORKER_INDEX")
             known = self._table.workers.get(registration.worker_id)
+            if known is not None and known.session_id != registration.session_id:
+                silent_s = self._clock() - known.last_heartbeat
+                if silent_s < TAKEOVER_SILENCE_S:
+                    raise SessionActive(
+                        f"{registration.worker_id} has a live session (it reported {max(silent_s, 0):.0f} s ago): "
+                        f"another process with this id? Retry once it has been silent for "
+                        f"{TAKEOVER_SILENCE_S:.0f} s")
             if known is not None:
                 validation.all_believable(registration.checkpoints, known.last_checkpoint_id, "checkpoints")
             # 3.

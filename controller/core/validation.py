@@ -137,6 +137,8 @@ def registration(request: Registration) -> Registration:
     _names(request.node_names, "node_names")
     _checkpoints(request.checkpoints, "checkpoints")
     _graph(request.nodes)
+    if request.session_id:
+        _token(request.session_id, "session_id")
     return request
 
 

@@ -18,8 +18,10 @@ import grpc
 
 from controller.core import errors
 from controller.core.service import ControllerService
+from controller.grpc.auth import TokenInterceptor
 from sparkpoint import wire
 from sparkpoint.errors import clip
+from sparkpoint.secrets import Secret
 from sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 
@@ -35,6 +37,8 @@ def _status_for(error: errors.ControllerError) -> grpc.StatusCode:
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(error, errors.NotFound):
         return grpc.StatusCode.NOT_FOUND
+    if isinstance(error, errors.SessionActive):
+        return grpc.StatusCode.ALREADY_EXISTS
     if isinstance(error, errors.Conflict):
         return grpc.StatusCode.FAILED_PRECONDITION
     return grpc.StatusCode.INTERNAL
@@ -76,9 +80,12 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         return wire.commit_outcome_to_pb(outcome)
 
 
-def start_grpc_server(service: ControllerService, bind: str, port: int) -> tuple[grpc.Server, int]:
-    """Start serving; returns the server and the port it bound (``port=0`` picks one)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+def start_grpc_server(service: ControllerService, bind: str, port: int, *,
+                      token: Secret | None) -> tuple[grpc.Server, int]:
+    """Start serving; returns the server and the port it bound (``port=0`` picks one).
+    ``token``: the shared secret every call must carry (None: no authentication)."""
+    interceptors = [TokenInterceptor(token)] if token is not None else []
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors)
     pb_grpc.add_ControllerServicer_to_server(ControllerServicer(service), server)
     bound = server.add_insecure_port(f"{bind}:{port}")
     if bound == 0:

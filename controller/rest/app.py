@@ -7,6 +7,8 @@ trace, never a 5xx for bad input. Requests: bodies up to ``MAX_BODY_BYTES``
 (413), JSON only for requests that change something (``guard``: 415). The
 OpenAPI document lists each endpoint's error answers and the input rules
 (as documentation: the core checks them, so each rule has one wording).
+Who may call (``access``): a bearer token on everything but ``/health``, and
+trusted ``Host`` names, both middleware around the whole app.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import Match
 
 from controller.core import errors
 from controller.core.service import RELEASE_SILENCE_S, ControllerService
 from controller.core.status import PipelineStatus, WorkerStatus
 from controller.progress.table import WorkerRecord
+from controller.rest.access import Access, RequireToken, documented
 from controller.rest.guard import BodySizeLimit, json_only
 from controller.rest.models import (
     CHANGES,
@@ -74,9 +78,9 @@ def _validation_message(error: RequestValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:5])
 
 
-def _without_422(app: FastAPI) -> Callable[[], dict[str, Any]]:
+def _without_422(app: FastAPI, access: Access) -> Callable[[], dict[str, Any]]:
     """The OpenAPI document as served: bad input is 400 here (``validation_error``),
-    never FastAPI's 422."""
+    never FastAPI's 422; with a token, its scheme and the 401 answers."""
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = FastAPI.openapi(app)
@@ -85,6 +89,8 @@ def _without_422(app: FastAPI) -> Callable[[], dict[str, Any]]:
                     operation["responses"].pop("422", None)
             for unused in ("HTTPValidationError", "ValidationError"):
                 schema.get("components", {}).get("schemas", {}).pop(unused, None)
+            if access.token is not None:
+                documented(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -105,16 +111,21 @@ def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
                    for route in app.router.routes)]
 
 
-def create_app(service: ControllerService, problems: Callable[[], list[str]] = list) -> FastAPI:
+def create_app(service: ControllerService, problems: Callable[[], list[str]] = list, *, access: Access) -> FastAPI:
     """``problems``: what keeps the controller from working as it should
     besides its savepoint records (its checkpoint cannot be written, ...);
-    any makes ``/health`` answer 503."""
+    any makes ``/health`` answer 503. ``access``: the token and host names
+    (``SP_API_TOKEN_FILE``, ``SP_API_ALLOWED_HOSTS``)."""
     app = FastAPI(title="Sparkpoint controller", version="1",
                   dependencies=[Depends(json_only)],
                   description="Pipeline-wide progress, checkpoints and savepoints of a Sparkpoint deployment. "
                               "Every error is JSON {\"error\": message}.")
+    # The last added runs first: the host, then the token, then the body's size.
     app.add_middleware(BodySizeLimit, max_body_bytes=MAX_BODY_BYTES)
-    app.openapi = _without_422(app)  # type: ignore[method-assign]
+    if access.token is not None:
+        app.add_middleware(RequireToken, token=access.token)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts))
+    app.openapi = _without_422(app, access)  # type: ignore[method-assign]
 
     @app.exception_handler(errors.ControllerError)
     @app.exception_handler(SavepointError)
@@ -199,7 +210,6 @@ def create_app(service: ControllerService, problems: Callable[[], list[str]] = l
     def export_savepoint(savepoint_id: SavepointId, request: ExportSavepoint) -> ExportView:
         return service.export_savepoint(savepoint_id, request.path)
 
-    # The status page, its data and /metrics: one router, so issue 15's
-    # bearer-token check is one `dependencies=[...]` here.
+    # The status page, its data and /metrics (behind the token like the rest).
     app.include_router(operator_router(service))
     return app

@@ -1,7 +1,7 @@
 """The operator's routes, gathered in one router: the status page, the JSON
 it and the CLI read beyond ``/status``, and the Prometheus metrics. ``create_app``
-includes it once, so an authentication dependency (issue 15) applies to all
-of them where it is included."""
+includes it once; the bearer token (``access.RequireToken``) guards it like
+every other route but ``/health``."""
 
 from __future__ import annotations
 

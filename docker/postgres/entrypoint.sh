@@ -5,9 +5,11 @@
 #   sparkpoint-postgres healthcheck          pg_isready against the local server
 #   sparkpoint-postgres COMMAND...           anything else is run as is
 #
-# Environment: PGDATA (the data directory, a volume), POSTGRES_PASSWORD
-# (required on first start), POSTGRES_USER (default postgres), POSTGRES_DB
-# (default: POSTGRES_USER), POSTGRES_INITDB_ARGS (extra initdb arguments).
+# Environment: PGDATA (the data directory, a volume), POSTGRES_PASSWORD or
+# POSTGRES_PASSWORD_FILE (a file holding it, e.g. a Docker secret; one of
+# them required on first start), POSTGRES_USER (default postgres),
+# POSTGRES_DB (default: POSTGRES_USER), POSTGRES_INITDB_ARGS (extra initdb
+# arguments).
 set -euo pipefail
 
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
@@ -30,9 +32,21 @@ if [ "$(id -u)" = 0 ]; then
   exit 1
 fi
 
+if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
+  if [ -n "${POSTGRES_PASSWORD:-}" ]; then
+    echo "sparkpoint-postgres: set POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE, not both" >&2
+    exit 1
+  fi
+  if [ ! -r "$POSTGRES_PASSWORD_FILE" ]; then
+    echo "sparkpoint-postgres: POSTGRES_PASSWORD_FILE: cannot read $POSTGRES_PASSWORD_FILE" >&2
+    exit 1
+  fi
+  POSTGRES_PASSWORD=$(head -n 1 "$POSTGRES_PASSWORD_FILE")
+fi
+
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   if [ -z "${POSTGRES_PASSWORD:-}" ]; then
-    echo "sparkpoint-postgres: POSTGRES_PASSWORD must be set to initialise $PGDATA" >&2
+    echo "sparkpoint-postgres: POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE must be set to initialise $PGDATA" >&2
     exit 1
   fi
   echo "sparkpoint-postgres: initialising $PGDATA (user $USER_NAME, database $DB_NAME)"

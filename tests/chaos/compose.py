@@ -1,14 +1,19 @@
-"""Driving the real compose stack from tests, with the Docker SDK."""
+"""Driving the real compose stack from tests, with the Docker SDK.
+
+Each project has its own secrets (as `make up` generates them) under
+``.secrets-<project>/``; the REST calls send its API token."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import docker
+from sparkpoint.secrets import ensure_compose_secrets
 from tests.support import get_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,8 +59,12 @@ def compose_command() -> list[str]:
 class ComposeStack:
     def __init__(self, project: str, env: dict[str, str], http_port: int) -> None:
         self.project = project
-        self.env = {**os.environ, **env, "SP_HTTP_PUBLISH_PORT": str(http_port), "COMPOSE_PROJECT_NAME": project}
+        self.secrets = REPO / f".secrets-{project}"
+        ensure_compose_secrets(self.secrets)
+        self.env = {**os.environ, **env, "SP_HTTP_PUBLISH_PORT": str(http_port), "COMPOSE_PROJECT_NAME": project,
+                    "SP_SECRETS_DIR": str(self.secrets)}
         self.status_url = f"http://127.0.0.1:{http_port}/status"
+        self.api_token = (self.secrets / "api-token").read_text().strip()
         self.client = docker.from_env()
 
     def compose(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -87,7 +96,7 @@ class ComposeStack:
         return container.attrs["RestartCount"]
 
     def status(self) -> dict:
-        return get_json(self.status_url)
+        return get_json(self.status_url, self.api_token)
 
     def worker(self, index: int) -> dict | None:
         return next((w for w in self.status().get("workers", []) if w["worker_index"] == index), None)
@@ -96,10 +105,10 @@ class ComposeStack:
         """Input and outputs; raises while PostgreSQL is unreachable."""
         dsn = (f"host=postgres dbname={self.env.get('POSTGRES_DB', 'sparkpoint')} "
                f"user={self.env.get('POSTGRES_USER', 'sparkpoint')} "
-               f"password={self.env.get('POSTGRES_PASSWORD', 'sparkpoint')}")
+               f"password={(self.secrets / 'postgres-password').read_text().strip()}")
         output = self.client.containers.run(
             "sparkpoint-controller:latest", ["python", "-c", _READ_RESULTS % dsn], remove=True,
-            network=f"{self.project}_default",
+            network=f"{self.project}_data",
             volumes={f"{self.project}_eventlog": {"bind": "/log", "mode": "ro"},
                      f"{self.project}_output": {"bind": "/out", "mode": "ro"}})
         return json.loads(output)
@@ -112,3 +121,4 @@ class ComposeStack:
 
     def down(self) -> None:
         self.compose("down", "-v", "--remove-orphans", "-t", "20", check=False)
+        shutil.rmtree(self.secrets, ignore_errors=True)

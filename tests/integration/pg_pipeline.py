@@ -35,7 +35,7 @@ def sink(worker_status: dict, name: str) -> dict:
 def published_to_postgres(stack, after: int = 0) -> dict | None:
     """The worker, registered more than ``after`` times, once its
     transactional PostgreSQL sink has published a batch."""
-    current = worker(get_json(stack.config.status_url))
+    current = worker(get_json(stack.config.status_url, stack.config.api_token))
     return current if current and current["registrations"] > after and current["sinks"] and \
         sink(current, "enriched_pg")["published_batch_id"] >= 0 else None
 
@@ -44,7 +44,7 @@ def finished(stack, log: EventLog, after: int) -> dict | None:
     """The worker, registered more than ``after`` times (the controller shows
     a killed run until its successor registers), read the log to the end and
     published all of it."""
-    status = get_json(stack.config.status_url)
+    status = get_json(stack.config.status_url, stack.config.api_token)
     ends = {str(p): committed_end(log.path(p), 0) for p in range(log.partitions())}
     current = worker(status)
     if current is None or current["registrations"] <= after or current["state"] != "running" or \

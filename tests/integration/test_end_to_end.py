@@ -47,7 +47,7 @@ def test_two_workers_process_every_event_once(make_stack):
     stack.start_controller()
     for index in range(2):
         stack.start_worker(index)
-    status = wait_until(lambda: (s := get_json(stack.config.status_url)) and caught_up(s, ends, 2) and s,
+    status = wait_until(lambda: (s := get_json(stack.config.status_url, stack.config.api_token)) and caught_up(s, ends, 2) and s,
                         timeout_s=300, what="both workers to read the whole log")
 
     # /status: the pipeline, each worker, per-partition offsets, rows, heartbeat.
@@ -62,9 +62,9 @@ def test_two_workers_process_every_event_once(make_stack):
         
     # The files sinks publish when a checkpoint completes: the last batches
     # appear one checkpoint interval after they were processed.
-    wait_until(lambda: all_published(get_json(stack.config.status_url)), timeout_s=60,
+    wait_until(lambda: all_published(get_json(stack.config.status_url, stack.config.api_token)), timeout_s=60,
                what="every staged batch to be published")
-    for worker in get_json(stack.config.status_url)["workers"]:
+    for worker in get_json(stack.config.status_url, stack.config.api_token)["workers"]:
         assert {s["name"]: (s["state"], s["contract"]) for s in worker["sinks"]} == \
             {"enriched_out": ("ok", "transactional"), "vwap_out": ("ok", "transactional")}
         assert all(s["published_checkpoint_id"] > 0 for s in worker["sinks"])

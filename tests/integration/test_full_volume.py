@@ -26,7 +26,7 @@ from sparkpoint.eventlog import EventLog
 from sparkpoint.messages import CheckpointInfo
 from sparkpoint.producer import write_trades
 from tests.integration.test_recovery import FAST, PARTITIONS, QUERIES, check_output, process_exited
-from tests.support import all_published, caught_up, get_json, wait_until, worker_status
+from tests.support import all_published, bearer, caught_up, get_json, wait_until, worker_status
 from worker.control.client import ControllerClient, WorkerIdentity
 
 pytestmark = pytest.mark.integration
@@ -54,9 +54,9 @@ def fill(volume: Path) -> Path:
     return filler
 
 
-def post(url: str, body: dict) -> tuple[int, dict]:
+def post(url: str, body: dict, token: str | None) -> tuple[int, dict]:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **bearer(token)})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.load(response)
@@ -69,19 +69,21 @@ def test_a_full_controller_disk_refuses_savepoints_with_503_and_no_id_is_given_t
     stack = make_stack(workers=2, SP_CONTROLLER_CHECKPOINT_FREQ="200")
     base = f"http://localhost:{stack.config.http_port}"
     stack.start_controller(SP_CONTROLLER_STATE_DIR=str(state))
+    token = stack.config.api_token
     wait_until(lambda: get_json(f"{base}/health").get("status") == "ok", timeout_s=60, what="the controller")
     for index in (0, 1):
         client = ControllerClient(f"localhost:{stack.config.grpc_port}",
-                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5)
+                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5,
+                                  token=stack.config.grpc_token)
         client.register_once()
         client.commit_checkpoint(CheckpointInfo(1))
         client.close()
 
     filler = fill(state)
-    status, body = post(f"{base}/savepoints", {"label": "on a full disk"})
+    status, body = post(f"{base}/savepoints", {"label": "on a full disk"}, token)
     assert status == 503 and set(body) == {"error"}
     assert body["error"].startswith("cannot write savepoint record") and "No space left on device" in body["error"]
-    assert get_json(f"{base}/savepoints") == []
+    assert get_json(f"{base}/savepoints", token) == []
     unhealthy = wait_until(lambda: (h := get_json(f"{base}/health")).get("http_status") == 503 and h,
                            timeout_s=30, what="/health to turn unhealthy")
     assert any("No space left on device" in problem for problem in unhealthy["problems"])
@@ -90,20 +92,21 @@ def test_a_full_controller_disk_refuses_savepoints_with_503_and_no_id_is_given_t
     filler.unlink()
     wait_until(lambda: get_json(f"{base}/health").get("status") == "ok", timeout_s=30,
                what="/health to turn healthy again")
-    status, body = post(f"{base}/savepoints", {"label": "room again"})
+    status, body = post(f"{base}/savepoints", {"label": "room again"}, token)
     assert (status, body["id"]) == (202, "sp-000002")
 
     assert stack.stop("controller") == 0
     stack.start_controller(SP_CONTROLLER_STATE_DIR=str(state))
-    listed = wait_until(lambda: isinstance(s := get_json(f"{base}/savepoints"), list) and s, timeout_s=60,
+    listed = wait_until(lambda: isinstance(s := get_json(f"{base}/savepoints", token), list) and s, timeout_s=60,
                         what="the restarted controller's savepoints")
     assert [s["id"] for s in listed] == ["sp-000002"]
     for index in (0, 1):
         client = ControllerClient(f"localhost:{stack.config.grpc_port}",
-                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5)
+                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5,
+                                  token=stack.config.grpc_token)
         client.register_once()
         client.close()
-    status, body = post(f"{base}/savepoints", {"label": "after the restart"})
+    status, body = post(f"{base}/savepoints", {"label": "after the restart"}, token)
     assert (status, body["id"]) == (202, "sp-000003")
 
 
@@ -159,7 +162,7 @@ def test_staging_on_a_full_volume_waits_and_nothing_is_lost(make_stack, small_tm
     events = write_trades(log, 1500, seed=41)
     stack.start_controller()
     worker = stack.start_worker(0, SP_CHECKPOINT_DIR=str(volume / "worker-0"))
-    wait_until(lambda: caught_up(stack, log, QUERIES) and all_published(get_json(stack.config.status_url)),
+    wait_until(lambda: caught_up(stack, log, QUERIES) and all_published(get_json(stack.config.status_url, stack.config.api_token)),
                timeout_s=240, what="the first events processed and published")
 
     filler = fill(volume)

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
-from tests.support import caught_up, wait_until, worker_status
+from tests.support import bearer, caught_up, wait_until, worker_status
 from tests.unit.test_metrics import FAMILIES
 
 pytestmark = pytest.mark.integration
@@ -23,7 +23,8 @@ QUERIES = {"enriched_out", "vwap_out"}
 
 def scrape(stack) -> dict[str, dict]:
     url = f"http://localhost:{stack.config.http_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
+    request = urllib.request.Request(url, headers=bearer(stack.config.api_token))
+    with urllib.request.urlopen(request, timeout=5) as response:
         text = response.read().decode()
     return {f.name: {"type": f.type, "samples": {(s.name, tuple(sorted(s.labels.items()))): s.value
                                                  for s in f.samples}} for f in text_string_to_metric_families(text)}

@@ -45,7 +45,7 @@ def table(stack, directory: str) -> dict[str, dict]:
 def drained(stack, log: EventLog, queries: set[str], state: str = "running") -> dict:
     """Wait until the worker read the whole log in every query and published it all."""
     return wait_until(lambda: (w := caught_up(stack, log, queries, state=state)) and
-                      all_published(get_json(stack.config.status_url)) and w,
+                      all_published(get_json(stack.config.status_url, stack.config.api_token)) and w,
                       timeout_s=300, what=f"the worker to process and publish the whole log ({state})")
 
 

@@ -56,10 +56,10 @@ def test_a_killed_worker_publishes_every_event_exactly_once_to_postgres_and_file
                            timeout_s=420, what="the restarted worker to publish to PostgreSQL")
     target = sink(restarted, "enriched_pg")["published_batch_id"] + more
     wait_until(lambda: alive(stack) and (
-               sink(worker(get_json(stack.config.status_url)), "enriched_pg")["published_batch_id"] >= target
+               sink(worker(get_json(stack.config.status_url, stack.config.api_token)), "enriched_pg")["published_batch_id"] >= target
                or finished(stack, log, after=1)),
                timeout_s=420, what=f"the worker to publish batch {target} to PostgreSQL")
-    killed = worker(get_json(stack.config.status_url))
+    killed = worker(get_json(stack.config.status_url, stack.config.api_token))
     print(f"killing the worker at {killed['sinks']}")
     stack.kill("worker-0")
 

@@ -43,7 +43,7 @@ FAST = {"SP_MAX_RECORDS_PER_BATCH": "300", "SP_TRIGGER_INTERVAL": "200", "SP_REP
 def check_output(stack, events: list[dict], *, exactly_once: bool = True) -> int:
     """Once everything staged is published: no event id missing, none twice
     (``exactly_once``), aggregates exact. Returns how many duplicates there are."""
-    wait_until(lambda: all_published(get_json(stack.config.status_url)), timeout_s=60,
+    wait_until(lambda: all_published(get_json(stack.config.status_url, stack.config.api_token)), timeout_s=60,
                what="every staged batch to be published")
     ids = [row["id"] for row in read_published(stack.config.output_dir / "trades_enriched").to_pylist()]
     assert set(ids) == {e["id"] for e in events}, "an event is missing from the sink"
@@ -189,7 +189,7 @@ def three_unpublished_checkpoints(make_stack, seed: int, **env: str):
     stack.start_controller()
     stack.start_worker(0)
     store = CheckpointStore(stack.config.checkpoint_dir(0))
-    wait_until(lambda: caught_up(stack, log, QUERIES) and all_published(get_json(stack.config.status_url)),
+    wait_until(lambda: caught_up(stack, log, QUERIES) and all_published(get_json(stack.config.status_url, stack.config.api_token)),
                timeout_s=240, what="the first events processed and published")
     stack.kill("controller")
     published = store.checkpoint_ids()[-1]

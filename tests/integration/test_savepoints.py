@@ -6,6 +6,7 @@ a batch computation over the input."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -29,14 +30,15 @@ def cli(stack, *args: str) -> subprocess.CompletedProcess:
     """``sparkpoint savepoint ...`` against the stack's controller."""
     return subprocess.run([sys.executable, "-m", "sparkpoint_cli", "savepoint", *args,
                            "--controller", f"http://localhost:{stack.config.http_port}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "SP_API_TOKEN_FILE": str(stack.config.api_token_file)})
 
 
 def drained(stack, log: EventLog, workers: int) -> list[dict]:
     """Every worker read its share of the log to the end, and published it."""
     def probe():
         found = [caught_up(stack, log, QUERIES, index, workers=workers) for index in range(workers)]
-        return all(found) and all_published(get_json(stack.config.status_url)) and found
+        return all(found) and all_published(get_json(stack.config.status_url, stack.config.api_token)) and found
     return wait_until(probe, timeout_s=300, what="every worker to process and publish its share of the log")
 
 
@@ -68,7 +70,7 @@ def batch_vwap(events: list[dict]) -> dict[str, tuple[int, int]]:
 
 
 def savepoint_of(stack, label: str) -> dict:
-    return next(s for s in get_json(f"http://localhost:{stack.config.http_port}/savepoints") if s["label"] == label)
+    return next(s for s in get_json(f"http://localhost:{stack.config.http_port}/savepoints", stack.config.api_token) if s["label"] == label)
 
 
 def test_a_savepoint_taken_mid_run_restores_exactly_and_refuses_to_republish_without_consent(make_stack, tmp_path):
@@ -140,7 +142,7 @@ def test_an_exported_savepoint_restores_on_another_deployment(make_stack, tmp_pa
     log = EventLog(new.config.log_dir / "trades")
     second = write_trades(log, 800, seed=52)
     new.start_controller()
-    wait_until(lambda: get_json(new.config.status_url), timeout_s=60, what="the new controller")
+    wait_until(lambda: get_json(new.config.status_url, new.config.api_token), timeout_s=60, what="the new controller")
     imported = cli(new, "import", "exports/nightly", "--label", "from the old deployment")
     assert imported.returncode == 0, imported.stderr
     copy = savepoint_of(new, "from the old deployment")

@@ -33,7 +33,8 @@ from sparkpoint.messages import (
     SinkState,
     WorkerState,
 )
-from tests.support import get_json, post_json, wait_until
+from sparkpoint.secrets import Secret
+from tests.support import bearer, get_json, post_json, wait_until
 from worker.control.client import ControllerClient, WorkerIdentity
 
 pytestmark = pytest.mark.integration
@@ -53,10 +54,10 @@ class FeedingWorker:
     reports) from a thread until stopped; ``state`` and ``sink_error`` may be
     changed meanwhile."""
 
-    def __init__(self, address: str, index: int) -> None:
+    def __init__(self, address: str, index: int, token: Secret | None) -> None:
         identity = WorkerIdentity(f"worker-{index}", index, 2, "3f9c2a71e0b4d5c6", tuple(n.name for n in NODES),
                                   NODES)
-        self.client = ControllerClient(address, identity, timeout_s=5)
+        self.client = ControllerClient(address, identity, timeout_s=5, token=token)
         self.index = index
         self.state = WorkerState.RUNNING
         self.sink_error = ""
@@ -112,7 +113,7 @@ def controller(tmp_path) -> Iterator[str]:
     base = f"http://127.0.0.1:{stack.config.http_port}"
     try:
         wait_until(lambda: get_json(f"{base}/health")["status"] == "ok", timeout_s=60, what="the controller")
-        yield base, f"127.0.0.1:{stack.config.grpc_port}"
+        yield base, f"127.0.0.1:{stack.config.grpc_port}", stack.config.api_token, stack.config.grpc_token
     finally:
         stack.stop_all()
 
@@ -136,18 +137,22 @@ def text(browser, selector: str) -> str:
 
 
 def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, browser):
-    base, grpc_address = controller
+    base, grpc_address, token, grpc_token = controller
+    # The page, its files and every request its script makes carry the token
+    # (a browser extension or a proxy does this for a person).
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": bearer(token)})
     browser.get(base + "/")
     wait = WebDriverWait(browser, 30)
     # Before any worker: the page says so.
     wait.until(lambda b: text(b, "#workers tbody") == "No worker has registered yet.")
     assert text(browser, "#pipeline-state") == "starting" and text(browser, "#fact-workers") == "0 / 2"
     marker = browser.execute_script("return window.__loaded = 'the same page';")
-    workers = [FeedingWorker(grpc_address, index) for index in (0, 1)]
+    workers = [FeedingWorker(grpc_address, index, grpc_token) for index in (0, 1)]
     for worker in workers:
         worker.start()
     try:
-        savepoint = post_json(f"{base}/savepoints", {"label": "before v2"})
+        savepoint = post_json(f"{base}/savepoints", {"label": "before v2"}, token)
         # The workers appear, running; the graph with its stateful and finished nodes.
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#workers tr[data-state=running]")) == 2)
         assert browser.title == "Sparkpoint"

@@ -7,8 +7,9 @@ import uvicorn
 
 from controller.core.service import ControllerService
 from controller.grpc.servicer import start_grpc_server
-from controller.rest.app import create_app
 from tests.unit.fakes import FakeClock, new_service
+from tests.unit.grpc_support import GRPC_TOKEN
+from tests.unit.rest_support import TOKEN, app_for
 from tests.unit.savepoint_support import Pipeline, running_pipeline
 
 
@@ -25,7 +26,7 @@ def service(clock, tmp_path) -> ControllerService:
 @pytest.fixture
 def address(service) -> str:
     """``service`` served over gRPC in process: its address."""
-    server, port = start_grpc_server(service, "127.0.0.1", 0)
+    server, port = start_grpc_server(service, "127.0.0.1", 0, token=GRPC_TOKEN)
     yield f"127.0.0.1:{port}"
     server.stop(grace=None).wait()
 
@@ -71,8 +72,12 @@ def server():
 
 
 @pytest.fixture
-def url(server, service) -> str:
-    """The controller's REST address, serving this test's service."""
+def url(server, service, tmp_path, monkeypatch) -> str:
+    """The controller's REST address, serving this test's service; the CLI
+    finds its token in SP_API_TOKEN_FILE."""
     current, address = server
-    current.app = create_app(service)
+    current.app = app_for(service)
+    token_file = tmp_path / "api-token"
+    token_file.write_text(TOKEN + "\n")
+    monkeypatch.setenv("SP_API_TOKEN_FILE", str(token_file))
     return address

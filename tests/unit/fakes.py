@@ -36,3 +36,11 @@ def new_service(clock: FakeClock, directory: Path, worker_count: int = 2, **extr
     savepoints, _ = SavepointService.open(savepoint_config(directory, worker_count), clock=clock)
     return ControllerService(ServiceConfig(worker_count=worker_count), clock=clock, savepoints=savepoints,
                              new_session_id=lambda: f"s{next(ids)}", **extra)
+
+
+def process_died(clock: FakeClock) -> None:
+    """A worker's process ended: its session falls silent long enough for a
+    new process under the same id to register (``TAKEOVER_SILENCE_S``)."""
+    from controller.core.service import TAKEOVER_SILENCE_S
+
+    clock.now += TAKEOVER_SILENCE_S

@@ -31,9 +31,10 @@ class Pipeline:
         self.sinks: dict[int, tuple[SinkProgress, ...]] = {}
 
     def register(self, index: int, held: tuple[int, ...] = ()) -> RestoreDecision:
+        """Worker ``index`` registers (again: the same process, continuing its session)."""
         result = self.service.register(Registration(
             f"w{index}", index, 2, self.fingerprint, ("src", "out"),
-            tuple(CheckpointInfo(checkpoint_id) for checkpoint_id in held)))
+            tuple(CheckpointInfo(checkpoint_id) for checkpoint_id in held), session_id=self.sessions.get(index, "")))
         self.sessions[index] = result.session_id
         return result.restore
 

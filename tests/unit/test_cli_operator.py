@@ -26,6 +26,7 @@ from sparkpoint_cli import main
 from sparkpoint_cli.waiting import Waiting
 from tests.support import get_json
 from tests.unit.plan_support import SCHEMAS, take_checkpoint, write_pipeline
+from tests.unit.rest_support import TOKEN
 from tests.unit.savepoint_support import export, take
 
 
@@ -85,7 +86,7 @@ def test_status_names_failed_queries_and_checkpoints(url, pipeline, clock, capsy
 def test_status_as_json_is_the_controllers(url, pipeline, clock, capsys):
     busy(pipeline, clock)
     assert run(url, "status", "--output", "json") == 0
-    assert json.loads(capsys.readouterr().out) == get_json(url + "/status")
+    assert json.loads(capsys.readouterr().out) == get_json(url + "/status", TOKEN)
 
 
 class Steps:
@@ -132,7 +133,7 @@ def test_checkpoints_lists_a_workers_durable_checkpoints(url, pipeline, clock, c
     assert cells(first) == ["5", "complete", "out:40", "2.0 KiB", "2.0 KiB", "1.5 s", "90.0 s", "sp-000001"]
     assert cells(second) == ["6", "pending", "out:44", "3.0 KiB", "1.0 KiB", "250 ms", "4.0 s", "-"]
     assert run(url, "checkpoints", "w0", "-o", "json") == 0
-    assert json.loads(capsys.readouterr().out) == get_json(url + "/workers/w0/checkpoints")
+    assert json.loads(capsys.readouterr().out) == get_json(url + "/workers/w0/checkpoints", TOKEN)
 
 
 def test_checkpoints_of_a_worker_without_any_or_unknown(url, pipeline, capsys):
@@ -194,7 +195,7 @@ def test_plan_says_where_it_looked_for_a_savepoints_checkpoint(url, pipeline, pi
 def test_savepoint_list_and_show_as_json(url, pipeline, capsys):
     take(pipeline)
     assert run(url, "savepoint", "list", "-o", "json") == 0
-    assert json.loads(capsys.readouterr().out) == get_json(url + "/savepoints")
+    assert json.loads(capsys.readouterr().out) == get_json(url + "/savepoints", TOKEN)
     assert run(url, "savepoint", "show", "sp-000001", "--output", "json") == 0
     assert json.loads(capsys.readouterr().out)["checkpoints"] == {"0": 5, "1": 10}
 

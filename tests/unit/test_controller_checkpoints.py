@@ -18,7 +18,8 @@ from sparkpoint.messages import (
     ReportStatus,
     WorkerState,
 )
-from tests.unit.fakes import new_service
+from tests.unit.fakes import new_service, process_died
+from tests.unit.grpc_support import GRPC_TOKEN
 from worker.checkpointing.manifest import FileEntry, Manifest
 from worker.checkpointing.manifest import QueryCut as ManifestCut
 from worker.control.client import ControllerClient, NotRegistered, WorkerIdentity
@@ -69,18 +70,20 @@ def test_a_same_or_older_checkpoint_is_a_duplicate_naming_the_newest(service, ch
 
 # --- reconciliation at registration --------------------------------------------------
 
-def test_restore_what_the_worker_holds_when_the_controller_knows_a_newer_one(service):
+def test_restore_what_the_worker_holds_when_the_controller_knows_a_newer_one(service, clock):
     service.register(registration())
     commit(service, "w0", checkpoint(3))
+    process_died(clock)
     # The worker's volume lost checkpoint 3.
     result = service.register(registration(checkpoints=[checkpoint(1), checkpoint(2)]))
     assert result.restore.checkpoint_id == 2
     assert result.last_checkpoint_id == 3      # new ids go above 3
 
 
-def test_restore_the_workers_newer_checkpoint(service):
+def test_restore_the_workers_newer_checkpoint(service, clock):
     service.register(registration())
     commit(service, "w0", checkpoint(3))
+    process_died(clock)
     # Durable on the volume, its commit never reached the controller.
     result = service.register(registration(checkpoints=[checkpoint(4), checkpoint(5)]))
     assert result.restore.checkpoint_id == 5
@@ -94,9 +97,10 @@ def test_no_checkpoints_restores_nothing(service):
     assert result.last_checkpoint_id == 0
 
 
-def test_no_checkpoints_on_the_volume_restores_nothing_but_keeps_the_id(service):
+def test_no_checkpoints_on_the_volume_restores_nothing_but_keeps_the_id(service, clock):
     service.register(registration())
     commit(service, "w0", checkpoint(3))
+    process_died(clock)
     result = service.register(registration())
     assert result.restore.checkpoint_id is None
     assert result.last_checkpoint_id == 3
@@ -199,7 +203,7 @@ def make_client(address):
 
     def make(worker_id="w0", index=0, checkpoints=list) -> ControllerClient:
         client = ControllerClient(address, WorkerIdentity(worker_id, index, 2, "fp", ("src", "counts")),
-                                  timeout_s=5, checkpoints=checkpoints)
+                                  timeout_s=5, checkpoints=checkpoints, token=GRPC_TOKEN)
         clients.append(client)
         return client
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.core.errors import Conflict, InvalidRequest
+from controller.core.errors import Conflict, InvalidRequest, SessionActive
+from controller.core.service import TAKEOVER_SILENCE_S
 from sparkpoint.messages import (
     ProgressReport,
     QueryProgress,
@@ -14,6 +15,7 @@ from sparkpoint.messages import (
     RestoreDecision,
     WorkerState,
 )
+from tests.unit.fakes import process_died
 
 
 def registration(worker_id="w0", index=0, count=2) -> Registration:
@@ -67,9 +69,35 @@ def test_second_worker_claiming_a_held_index_is_a_conflict(service):
     assert service.worker("w0").session_id == "s1"
 
 
-def test_reregistration_gets_new_session_and_old_reports_are_stale(service):
+def test_a_second_process_cannot_take_a_live_workers_session(service, clock):
+    """Issue 15: registering as w0 while w0 reports is refused (the real one
+    would get STALE for ever); it may retry once w0 has been silent."""
+    session = service.register(registration()).session_id
+    clock.now += TAKEOVER_SILENCE_S - 1
+    assert service.report_progress(report(session, 1)).status == ReportStatus.ACCEPTED   # alive
+    clock.now += TAKEOVER_SILENCE_S - 1
+    with pytest.raises(SessionActive, match="w0 has a live session"):
+        service.register(registration())
+    with pytest.raises(SessionActive):
+        service.register(Registration("w0", 0, 2, "fp", ("src", "out"), session_id="a-guessed-session"))
+    assert service.worker("w0").session_id == session and service.worker("w0").registrations == 1
+    assert service.report_progress(report(session, 2)).status == ReportStatus.ACCEPTED
+    clock.now += TAKEOVER_SILENCE_S          # now w0 is silent: its process is gone
+    taken = service.register(registration()).session_id
+    assert taken != session and service.report_progress(report(session, 3)).status == ReportStatus.STALE
+
+
+def test_the_same_process_registers_again_naming_its_session(service):
+    """A worker restarting its pipeline in process (a restore) continues its session."""
+    session = service.register(registration()).session_id
+    again = service.register(Registration("w0", 0, 2, "fp", ("src", "out"), session_id=session)).session_id
+    assert again != session and service.worker("w0").registrations == 2
+
+
+def test_reregistration_gets_new_session_and_old_reports_are_stale(service, clock):
     old = service.register(registration()).session_id
     assert service.report_progress(report(old, 1)).status == ReportStatus.ACCEPTED
+    process_died(clock)
     new = service.register(registration()).session_id
     assert new != old
     assert service.worker("w0").registrations == 2
@@ -162,9 +190,10 @@ def test_worker_without_queries(service):
     assert (worker.batch_id, worker.rows_processed, worker.offsets) == (-1, 0, {})
 
 
-def test_reregistration_keeps_last_known_queries(service):
+def test_reregistration_keeps_last_known_queries(service, clock):
     session = service.register(registration()).session_id
     service.report_progress(report(session, 1, queries=[query("out", 3, 30)]))
+    process_died(clock)
     service.register(registration())
     worker = service.status().workers[0]
     assert (worker.batch_id, worker.rows_processed, worker.registrations) == (3, 30, 2)

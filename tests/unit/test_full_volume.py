@@ -15,11 +15,10 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
-from fastapi.testclient import TestClient
 
-from controller.rest.app import create_app
 from sparkpoint.backoff import Backoff
 from sparkpoint.messages import ProgressReport, VolumeUse, WorkerState
+from tests.unit.rest_support import client_for
 from tests.unit.savepoint_support import Pipeline
 from tests.unit.test_checkpoint_writer_restore import (
     FREQ_MS,
@@ -140,7 +139,7 @@ def test_failed_checkpoints_and_the_volume_reach_status(service, tmp_path):
         "w0", pipeline.sessions[0], 1, WorkerState.RUNNING, failed_checkpoints=2,
         checkpoint_error="checkpoint 4: OSError: [Errno 28] No space left on device",
         checkpoint_volume=VolumeUse(used_bytes=1_000_000, free_bytes=0)))
-    with TestClient(create_app(service)) as rest:
+    with client_for(service) as rest:
         worker = rest.get("/workers/w0").json()
     assert (worker["failed_checkpoints"], worker["checkpoint_volume"]) == (2, {"used_bytes": 1_000_000,
                                                                               "free_bytes": 0})

@@ -6,10 +6,9 @@ import json
 import re
 from pathlib import Path
 
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.rest.app import create_app
+from tests.unit.rest_support import client_for
 from tests.unit.test_metrics import run_a_while
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
@@ -25,7 +24,7 @@ def expressions(panels: list[dict]) -> list[str]:
 
 def test_every_query_names_series_of_the_exposition(service, clock):
     run_a_while(service, clock)
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         exposed = {sample.name for family in text_string_to_metric_families(client.get("/metrics").text)
                    for sample in family.samples}
     dashboard = json.loads(DASHBOARD.read_text())

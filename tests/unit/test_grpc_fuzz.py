@@ -20,20 +20,23 @@ import math
 
 import grpc
 import pytest
-from fastapi.testclient import TestClient
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.grpc.servicer import DETAILS_MAX, start_grpc_server
-from controller.rest.app import create_app
+from sparkpoint.grpcauth import with_token
 from sparkpoint.messages import Registration
 from sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 from tests.unit.fakes import FakeClock, new_service
+from tests.unit.grpc_support import GRPC_TOKEN
+from tests.unit.rest_support import client_for
 from tests.unit.savepoint_support import running_pipeline, take
 
-REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND}
+# ALREADY_EXISTS: a registration under a worker id whose session is alive, not naming it.
+REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND,
+            grpc.StatusCode.ALREADY_EXISTS}
 # What gets a message past the first checks: the pipeline's workers and sessions (s1, s2).
 KNOWN = ["w0", "w1", "s1", "s2", "sp-000001", "0", "1", "fp-1", "out"]
 
@@ -114,10 +117,10 @@ def controller(tmp_path):
     """A controller with two workers (sessions s1, s2) and a savepoint, served in process."""
     service = new_service(FakeClock(), tmp_path)
     take(running_pipeline(service))
-    server, port = start_grpc_server(service, "127.0.0.1", 0)
+    server, port = start_grpc_server(service, "127.0.0.1", 0, token=GRPC_TOKEN)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    with TestClient(create_app(service)) as rest:
-        yield service, pb_grpc.ControllerStub(channel), rest
+    with client_for(service) as rest:
+        yield service, pb_grpc.ControllerStub(with_token(channel, GRPC_TOKEN)), rest
     channel.close()
     server.stop(grace=None).wait()
 
@@ -175,7 +178,8 @@ ACCEPTED = {
         worker_id="w0", worker_index=0, worker_count=2, pipeline_fingerprint="fp-1", node_names=["src", "out"],
         checkpoints=[_checkpoint(5)],
         nodes=[pb.PipelineNode(name="src", kind="source.log"),
-               pb.PipelineNode(name="out", kind="sink.files", stateful=True, inputs=["src"])]),
+               pb.PipelineNode(name="out", kind="sink.files", stateful=True, inputs=["src"])],
+        session_id="s1"),
     "ReportProgress": pb.ProgressReport(
         worker_id="w0", session_id="s1", seq=1, state=pb.WORKER_STATE_RUNNING,
         queries=[pb.QueryProgress(name="out", batch_id=4, offsets={"0": 120}, rows_processed=10,
@@ -249,9 +253,12 @@ def fields_within(descriptor: Descriptor) -> set[str]:
 def current(message, service):
     """``message`` from w0 registered afresh (what accepted one message would
     find a duplicate the next time): its session's first report, a commit one
-    past its newest checkpoint."""
+    past its newest checkpoint; a registration continuing w0's live session."""
+    if message.DESCRIPTOR.name == "RegisterRequest":
+        message.session_id = service.worker("w0").session_id
     if message.DESCRIPTOR.name in ("ProgressReport", "CheckpointCommit"):
-        session = service.register(Registration("w0", 0, 2, "fp-1", ("src", "out"))).session_id
+        session = service.register(Registration("w0", 0, 2, "fp-1", ("src", "out"),
+                                                session_id=service.worker("w0").session_id)).session_id
         message.session_id = session
         if message.DESCRIPTOR.name == "ProgressReport":
             message.seq = 1

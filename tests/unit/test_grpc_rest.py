@@ -9,10 +9,8 @@ import threading
 
 import grpc
 import pytest
-from fastapi.testclient import TestClient
 
 from controller.grpc.servicer import start_grpc_server
-from controller.rest.app import create_app
 from sparkpoint.messages import (
     CheckpointInfo,
     CheckpointNow,
@@ -29,13 +27,15 @@ from sparkpoint.messages import (
     SinkState,
     WorkerState,
 )
-from tests.unit.fakes import new_service
+from tests.unit.fakes import new_service, process_died
+from tests.unit.grpc_support import GRPC_TOKEN
+from tests.unit.rest_support import client_for
 from worker.control.client import ControllerClient, RegistrationRefused, WorkerIdentity
 
 
 @pytest.fixture
 def grpc_port(service):
-    server, port = start_grpc_server(service, "127.0.0.1", 0)
+    server, port = start_grpc_server(service, "127.0.0.1", 0, token=GRPC_TOKEN)
     yield port
     server.stop(grace=None).wait()
 
@@ -46,7 +46,7 @@ def make_client(grpc_port):
 
     def make(worker_id="w0", index=0, count=2, address=None) -> ControllerClient:
         identity = WorkerIdentity(worker_id, index, count, "fp-1", ("src", "out"))
-        client = ControllerClient(address or f"127.0.0.1:{grpc_port}", identity, timeout_s=5)
+        client = ControllerClient(address or f"127.0.0.1:{grpc_port}", identity, timeout_s=5, token=GRPC_TOKEN)
         clients.append(client)
         return client
 
@@ -57,7 +57,7 @@ def make_client(grpc_port):
 
 @pytest.fixture
 def rest(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 
@@ -96,9 +96,10 @@ def test_report_statuses(make_client, service):
     assert (record.queries[0].batch_id, record.queries[0].rows_processed) == (2, 9)
 
 
-def test_reports_of_an_older_session_are_stale(make_client):
+def test_reports_of_an_older_session_are_stale(make_client, clock):
     old = make_client()
     old.register_once()
+    process_died(clock)
     new = make_client()
     new.register_once()                       # the same worker id, restarted
     assert new.session_id != old.session_id
@@ -208,7 +209,7 @@ def test_health(rest):
 
 def test_health_is_503_naming_each_problem(service):
     problems = ["cannot write the controller checkpoint /state/controller-checkpoint.json: No space left on device"]
-    with TestClient(create_app(service, lambda: problems)) as client:
+    with client_for(service, lambda: problems) as client:
         response = client.get("/health")
     assert response.status_code == 503 and response.json() == {"status": "unhealthy", "problems": problems}
 

@@ -12,13 +12,12 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
-from fastapi.testclient import TestClient
 
 from controller.core import validation
 from controller.core.errors import InvalidRequest
 from controller.grpc.servicer import DETAILS_MAX
-from controller.rest.app import create_app
 from sparkpoint import limits
+from sparkpoint.grpcauth import with_token
 from sparkpoint.messages import (
     CheckpointInfo,
     PipelineNode,
@@ -36,7 +35,9 @@ from sparkpoint.messages import (
 )
 from sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
-from tests.unit.fakes import new_service
+from tests.unit.fakes import new_service, process_died
+from tests.unit.grpc_support import GRPC_TOKEN
+from tests.unit.rest_support import client_for
 from worker.control.actions import CommandExecutor
 from worker.control.client import ControllerClient, NotRegistered, WorkerIdentity
 from worker.control.commands import CommandBook
@@ -48,13 +49,14 @@ INT64_MAX = 2**63 - 1
 @pytest.fixture
 def stub(address):
     with grpc.insecure_channel(address) as channel:
-        yield pb_grpc.ControllerStub(channel)
+        yield pb_grpc.ControllerStub(with_token(channel, GRPC_TOKEN))
 
 
 @pytest.fixture
 def worker(address):
     """The real worker's client, registered as w0 (index 0 of 2)."""
-    client = ControllerClient(address, WorkerIdentity("w0", 0, 2, "fp", ("src", "counts")), timeout_s=5)
+    client = ControllerClient(address, WorkerIdentity("w0", 0, 2, "fp", ("src", "counts")), timeout_s=5,
+                              token=GRPC_TOKEN)
     client.register_once()
     yield client
     client.close()
@@ -83,7 +85,7 @@ def test_a_3_mb_worker_id_is_refused_briefly_and_never_recorded(stub, service, a
     assert service.status().workers == []
     assert json.loads(json.dumps(service.snapshot())) == {"workers": []}
     # The real worker of that index registers, and learns nothing of it.
-    client = ControllerClient(address, WorkerIdentity("worker-0", 0, 2, "fp", ()), timeout_s=5)
+    client = ControllerClient(address, WorkerIdentity("worker-0", 0, 2, "fp", ()), timeout_s=5, token=GRPC_TOKEN)
     try:
         assert client.register_once().worker_index == 0
     finally:
@@ -124,7 +126,7 @@ def test_long_error_text_is_clipped_not_refused(stub, worker, service):
 
 @pytest.fixture
 def rest_client(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 
@@ -159,7 +161,7 @@ def test_ids_stay_within_what_a_worker_can_count_past():
 
 def test_a_registration_claiming_absurd_checkpoints_is_refused(stub, worker, service):
     worker.commit_checkpoint(CheckpointInfo(3))
-    request = pb.RegisterRequest(worker_id="w0", worker_index=0, worker_count=2,
+    request = pb.RegisterRequest(worker_id="w0", worker_index=0, worker_count=2, session_id=worker.session_id,
                                  checkpoints=[pb.CheckpointRef(checkpoint_id=3 + limits.CHECKPOINT_ID_STEP_MAX + 1)])
     assert "not believed" in refused(lambda: stub.Register(request))
     assert service.worker("w0").session_id == worker.session_id      # nothing changed
@@ -180,8 +182,9 @@ def test_a_commit_of_another_session_is_stale_and_not_recorded(stub, worker, ser
     assert worker.commit_checkpoint(CheckpointInfo(1)) == 1
 
 
-def test_a_workers_commit_after_another_registration_asks_it_to_register_again(worker, address):
-    other = ControllerClient(address, WorkerIdentity("w0", 0, 2, "fp", ()), timeout_s=5)
+def test_a_workers_commit_after_another_registration_asks_it_to_register_again(worker, address, clock):
+    process_died(clock)       # silent long enough: another process may take the id
+    other = ControllerClient(address, WorkerIdentity("w0", 0, 2, "fp", ()), timeout_s=5, token=GRPC_TOKEN)
     try:
         other.register_once()
     finally:
@@ -324,7 +327,7 @@ def test_a_worker_whose_registration_is_refused_mid_run_stops(address, service, 
     not go on processing an index it no longer owns."""
     from worker.lifecycle.serve import RunEnd, supervise
 
-    client = ControllerClient(address, WorkerIdentity("w0", 0, 2, "fp", ()), timeout_s=5)
+    client = ControllerClient(address, WorkerIdentity("w0", 0, 2, "fp", ()), timeout_s=5, token=GRPC_TOKEN)
     try:
         client.register_once()
         clock.now += 60

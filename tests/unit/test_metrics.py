@@ -8,7 +8,6 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.rest.app import create_app
 from sparkpoint.messages import (
     CheckpointInfo,
     PipelineNode,
@@ -22,6 +21,7 @@ from sparkpoint.messages import (
     VolumeUse,
     WorkerState,
 )
+from tests.unit.rest_support import client_for
 from tests.unit.savepoint_support import take
 
 NODES = (PipelineNode("trades", "source.log"), PipelineNode("vwap", "aggregate", True, ("trades",)),
@@ -90,7 +90,7 @@ def value(families: dict, family: str, sample: str | None = None, **labels: str)
 
 @pytest.fixture
 def rest(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 
@@ -202,7 +202,8 @@ def test_values_are_the_controllers_state_at_scrape_time(service, clock, rest):
 def test_a_recovery_is_counted_once_across_reports_and_a_re_registration(service, clock, rest):
     run_a_while(service, clock)
     ended = Recovery(False, 5000, 5000, started_at=clock.now - 13, duration_ms=12_500.0)   # the same run's
-    w0 = service.register(Registration("w0", 0, 2, "fp-1", (), ()))      # the controller lost it, say
+    w0 = service.register(Registration("w0", 0, 2, "fp-1", (), (),      # the controller lost it, say
+                                       session_id=service.worker("w0").session_id))
     service.report_progress(ProgressReport("w0", w0.session_id, 1, WorkerState.RUNNING, recovery=ended))
     m = scrape(rest)
     assert value(m, "sparkpoint_worker_recoveries", "sparkpoint_worker_recoveries_total", worker="w0") == 1
@@ -216,7 +217,8 @@ def test_savepoints_and_finished_nodes(pipeline, service, clock, rest):
     m = scrape(rest)
     assert [value(m, "sparkpoint_savepoints", state=s) for s in ("pending", "complete", "failed")] == [1, 1, 0]
     for index in (0, 1):
-        w = service.register(Registration(f"w{index}", index, 2, "fp-1", (), (), NODES))
+        w = service.register(Registration(f"w{index}", index, 2, "fp-1", (), (), NODES,
+                                          session_id=service.worker(f"w{index}").session_id))
         service.report_progress(ProgressReport(f"w{index}", w.session_id, 1, WorkerState.FINISHED,
                                                finished_nodes=("trades", "vwap") if index == 0 else ("trades",)))
     m = scrape(rest)

@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
 from controller.progress.observations import HISTORY_WINDOW_S, SAMPLE_INTERVAL_S
-from controller.rest.app import create_app
 from sparkpoint.messages import (
     CheckpointInfo,
     PipelineNode,
@@ -22,6 +20,7 @@ from sparkpoint.messages import (
     WorkerState,
 )
 from tests.unit.fakes import new_service
+from tests.unit.rest_support import client_for
 from tests.unit.savepoint_support import take
 
 NODES = (PipelineNode("trades", "source.log"), PipelineNode("vwap", "aggregate", True, ("trades",)),
@@ -31,15 +30,17 @@ NODES = (PipelineNode("trades", "source.log"), PipelineNode("vwap", "aggregate",
 
 @pytest.fixture
 def rest(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 
 class Worker:
     def __init__(self, service, index: int, held=(), nodes=NODES) -> None:
         self.service, self.id, self.seq = service, f"w{index}", 0
+        known = service.worker(self.id)         # the same process registering again
         self.session = service.register(Registration(self.id, index, 2, "fp-1", tuple(n.name for n in nodes),
-                                                      tuple(held), nodes)).session_id
+                                                      tuple(held), nodes, known.session_id if known else "")
+                                        ).session_id
 
     def report(self, **fields) -> None:
         self.seq += 1

@@ -28,6 +28,7 @@ from sparkpoint.paths import OutsideRoot, ParentReference
 from sparkpoint.settings import SettingsError
 from tests.unit.fakes import SAVEPOINT_TIMEOUT_S, new_service
 from tests.unit.savepoint_support import Pipeline, export, take, write_part
+from tests.unit.test_settings import NO_AUTH
 
 
 def record_file(tmp_path, savepoint_id: str):
@@ -340,13 +341,13 @@ def test_an_export_whose_part_links_outside_the_root_is_refused(pipeline, savepo
 # --- settings -----------------------------------------------------------------------------------
 
 def test_savepoint_settings_and_their_defaults():
-    defaults = ControllerSettings.from_env({})
+    defaults = ControllerSettings.from_env(NO_AUTH)
     assert (str(defaults.savepoint_dir), defaults.savepoint_timeout_ms) == ("var/savepoints", 120000)
-    chosen = ControllerSettings.from_env({"SP_SAVEPOINT_DIR": "/mnt/sp", "SP_SAVEPOINT_TIMEOUT": "500"})
+    chosen = ControllerSettings.from_env({**NO_AUTH, "SP_SAVEPOINT_DIR": "/mnt/sp", "SP_SAVEPOINT_TIMEOUT": "500"})
     assert (str(chosen.savepoint_dir), chosen.savepoint_timeout_ms) == ("/mnt/sp", 500)
 
 
 @pytest.mark.parametrize("value", ["0", "soon"])
 def test_a_bad_savepoint_timeout_is_named(value):
     with pytest.raises(SettingsError, match="^SP_SAVEPOINT_TIMEOUT: "):
-        ControllerSettings.from_env({"SP_SAVEPOINT_TIMEOUT": value})
+        ControllerSettings.from_env({**NO_AUTH, "SP_SAVEPOINT_TIMEOUT": value})

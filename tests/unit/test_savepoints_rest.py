@@ -4,16 +4,15 @@ say what is wrong, and nothing read or written outside the savepoint root."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from controller.rest.app import create_app
 from sparkpoint.messages import ExportAnswer, SinkContract, SinkProgress
+from tests.unit.rest_support import client_for
 from tests.unit.savepoint_support import Pipeline, take, write_part
 
 
 @pytest.fixture
 def rest(service):
-    with TestClient(create_app(service)) as client:
+    with client_for(service) as client:
         yield client
 
 

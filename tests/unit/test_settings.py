@@ -25,6 +25,8 @@ from worker.runtime.ui import spark_ui_conf
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
+# The controller starts without authentication only when told so explicitly.
+NO_AUTH = {"SP_API_AUTH": "none", "SP_GRPC_AUTH": "none"}
 
 
 def settings_error(call, variable: str) -> SettingsError:
@@ -111,10 +113,10 @@ def test_address_invalid(value):
 
 
 def test_port_bounds():
-    assert ControllerSettings.from_env({"SP_CONTROLLER_GRPC_PORT": "65535"}).grpc_port == 65535
-    assert ControllerSettings.from_env({"SP_CONTROLLER_GRPC_PORT": "1"}).grpc_port == 1
-    settings_error(lambda: ControllerSettings.from_env({"SP_CONTROLLER_GRPC_PORT": "0"}), "SP_CONTROLLER_GRPC_PORT")
-    settings_error(lambda: ControllerSettings.from_env({"SP_CONTROLLER_GRPC_PORT": "65536"}),
+    assert ControllerSettings.from_env({**NO_AUTH, "SP_CONTROLLER_GRPC_PORT": "65535"}).grpc_port == 65535
+    assert ControllerSettings.from_env({**NO_AUTH, "SP_CONTROLLER_GRPC_PORT": "1"}).grpc_port == 1
+    settings_error(lambda: ControllerSettings.from_env({**NO_AUTH, "SP_CONTROLLER_GRPC_PORT": "0"}), "SP_CONTROLLER_GRPC_PORT")
+    settings_error(lambda: ControllerSettings.from_env({**NO_AUTH, "SP_CONTROLLER_GRPC_PORT": "65536"}),
                    "SP_CONTROLLER_GRPC_PORT")
 
 
@@ -192,6 +194,17 @@ def test_postgres_from_its_parts_with_defaults():
                         "password": "s3cret"}
 
 
+def test_postgres_password_from_a_file(tmp_path):
+    (tmp_path / "pg").write_text("fr0m-a-file\n")
+    settings = WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_PG_PASSWORD_FILE": str(tmp_path / "pg")})
+    assert conninfo_to_dict(settings.postgres)["password"] == "fr0m-a-file"
+    assert "fr0m-a-file" not in repr(settings)
+    with pytest.raises(SettingsError, match="SP_PG_PASSWORD_FILE: set either"):
+        WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_PG_PASSWORD": "x", "SP_PG_PASSWORD_FILE": str(tmp_path / "pg")})
+    with pytest.raises(SettingsError, match="SP_PG_HOST: is required with SP_PG_PASSWORD_FILE"):
+        WorkerSettings.from_env({"SP_PG_PASSWORD_FILE": str(tmp_path / "pg")})
+
+
 def test_postgres_from_a_dsn():
     dsn = "postgresql://u@db:6543/events"
     assert WorkerSettings.from_env({"SP_PG_DSN": dsn}).postgres == dsn
@@ -245,8 +258,8 @@ def test_files_and_upserts_run_with_checkpoints_off():
 # --- ControllerSettings -------------------------------------------------------
 
 def test_controller_defaults():
-    s = ControllerSettings.from_env({})
-    assert (s.bind, s.grpc_port, s.http_port, s.worker_count) == ("0.0.0.0", 50051, 8080, 1)
+    s = ControllerSettings.from_env(NO_AUTH)
+    assert (s.bind, s.grpc_port, s.http_port, s.worker_count) == ("127.0.0.1", 50051, 8080, 1)
 
 
 @pytest.mark.parametrize("variable, value", [
@@ -256,7 +269,7 @@ def test_controller_defaults():
     ("SP_WORKER_COUNT", "0"),
 ])
 def test_controller_bad_values_name_the_variable(variable, value):
-    settings_error(lambda: ControllerSettings.from_env({variable: value}), variable)
+    settings_error(lambda: ControllerSettings.from_env({**NO_AUTH, variable: value}), variable)
 
 
 # --- ProducerSettings, CliSettings, DevStackSettings -----------------------------

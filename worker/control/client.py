@@ -1,4 +1,10 @@
-"""gRPC client for the controller: registration, progress reports, checkpoint commits."""
+"""gRPC client for the controller: registration, progress reports, checkpoint commits.
+
+Every call carries the gRPC shared secret (``SP_GRPC_TOKEN_FILE``) as
+``authorization: Bearer <token>`` metadata when one is configured. A
+registration names the session it continues (this process's current one,
+empty at first), so registering again -- to restart from a savepoint --
+is not taken for another process claiming the id."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import grpc
 
 from sparkpoint import wire
 from sparkpoint.backoff import Backoff
+from sparkpoint.grpcauth import with_token
 from sparkpoint.messages import (
     CheckpointInfo,
     CommitOutcome,
@@ -21,12 +28,16 @@ from sparkpoint.messages import (
     ReportOutcome,
     ReportStatus,
 )
+from sparkpoint.secrets import Secret
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sparkpoint.worker.control")
 
 # Errors that mean "the controller is not reachable right now": retry.
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# A registration refused while another session of this worker id is alive
+# (the previous process, crashed moments ago): retry until it is silent.
+WAIT_FOR_SESSION = grpc.StatusCode.ALREADY_EXISTS
 
 
 class RegistrationRefused(Exception):
@@ -53,9 +64,9 @@ class ControllerClient:
     converts); no protobuf type leaves this module."""
 
     def __init__(self, address: str, identity: WorkerIdentity, *, timeout_s: float = 5.0,
-                 checkpoints: Callable[[], list[CheckpointInfo]] = list) -> None:
+                 checkpoints: Callable[[], list[CheckpointInfo]] = list, token: Secret | None = None) -> None:
         self._channel = grpc.insecure_channel(address)
-        self._stub = pb_grpc.ControllerStub(self._channel)
+        self._stub = pb_grpc.ControllerStub(with_token(self._channel, token))
         self._identity = identity
         self._timeout_s = timeout_s
         self._checkpoints = checkpoints   # durable checkpoints on the volume, read at each registration
@@ -66,11 +77,11 @@ class ControllerClient:
         identity = self._identity
         registration = Registration(identity.worker_id, identity.worker_index, identity.worker_count,
                                     identity.pipeline_fingerprint, identity.node_names,
-                                    tuple(self._checkpoints()), identity.nodes)
+                                    tuple(self._checkpoints()), identity.nodes, self.session_id)
         try:
             response = self._stub.Register(wire.registration_to_pb(registration), timeout=self._timeout_s)
         except grpc.RpcError as error:
-            if error.code() in RETRYABLE:
+            if error.code() in RETRYABLE or error.code() is WAIT_FOR_SESSION:
                 raise
             raise RegistrationRefused(error.details()) from None
         result = wire.register_result_from_pb(response)
@@ -91,10 +102,13 @@ class ControllerClient:
             try:
                 return self.register_once()
             except grpc.RpcError as error:
-                if not announced:
+                if not announced and error.code() is WAIT_FOR_SESSION:
+                    log.warning("the controller at %s refuses to register this worker yet: %s; retrying with "
+                                "backoff", self.address, error.details())
+                elif not announced:
                     log.warning("controller at %s unreachable (%s); retrying with backoff",
                                 self.address, error.code().name)
-                    announced = True
+                announced = True
                 wait(backoff.next_delay())
         return None
 

@@ -1,0 +1,36 @@
+"""The gRPC shared secret, checked by a server interceptor before any
+handler runs: a call without ``authorization: Bearer <token>`` metadata
+matching ``SP_GRPC_TOKEN_FILE``'s (constant-time) ends ``UNAUTHENTICATED``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from sparkpoint.grpcauth import bearer_of
+from sparkpoint.secrets import Secret
+
+
+def _refuse(message: str) -> grpc.RpcMethodHandler:
+    def abort(_: Any, context: grpc.ServicerContext) -> None:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    return grpc.unary_unary_rpc_method_handler(abort)
+
+
+class TokenInterceptor(grpc.ServerInterceptor):
+    def __init__(self, token: Secret) -> None:
+        self._token = token
+        self._missing = _refuse("a token is required: send authorization: Bearer <SP_GRPC_TOKEN_FILE's token>")
+        self._wrong = _refuse("wrong token: send authorization: Bearer <SP_GRPC_TOKEN_FILE's token>")
+
+    def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler],
+                          details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        given = bearer_of(details.invocation_metadata)
+        if given is None:
+            return self._missing
+        if not self._token.matches(given):
+            return self._wrong
+        return continuation(details)

@@ -1,0 +1,105 @@
+"""Secrets read from files (Docker secrets, ``make up``'s ``.secrets/``):
+the REST API's bearer token, the gRPC shared secret, PostgreSQL's password.
+
+A setting names the file (``SP_API_TOKEN_FILE``, ...); the settings class
+reads it once while parsing (``SecretFile``), so a missing, unreadable or
+empty file is a startup error naming the variable. The value is kept in a
+:class:`Secret` whose ``repr`` shows the path, never the value.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import PlainValidator, WithJsonSchema
+
+# A token longer than this is not a token (a file named by mistake).
+MAX_SECRET_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Secret:
+    path: Path
+    value: str = field(repr=False)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def matches(self, given: str) -> bool:
+        """Constant-time comparison: how long it takes says nothing about where ``given`` differs."""
+        return hmac.compare_digest(given.encode(), self.value.encode())
+
+
+def read_secret(path: Path) -> Secret:
+    """The first line of ``path``, stripped; ValueError saying why not."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_SECRET_BYTES + 1)
+    except OSError as error:
+        raise ValueError(f"cannot read the secret file {path}: {error.strerror}") from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise ValueError(f"the secret file {path} is longer than {MAX_SECRET_BYTES} bytes")
+    try:
+        lines = data.decode().strip().splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"the secret file {path} is not UTF-8 text") from None
+    if not lines or not lines[0].strip():
+        raise ValueError(f"the secret file {path} is empty")
+    return Secret(path, lines[0].strip())
+
+
+def _load(value: Any) -> Secret:
+    if isinstance(value, Secret):
+        return value
+    if not isinstance(value, str | Path):
+        raise ValueError(f"expected a file name, got {value!r}")
+    return read_secret(Path(value).expanduser())
+
+
+SecretFile = Annotated[Secret, PlainValidator(_load), WithJsonSchema({"type": "string", "format": "path"})]
+"""A setting naming a secret's file: the secret is read while parsing."""
+
+
+def new_token() -> str:
+    """A random token: 256 bits, URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+def ensure_secret(path: Path, mode: int = 0o600) -> Path:
+    """Create ``path`` with a new token unless it exists (its directory 0700);
+    returns it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return path
+    with os.fdopen(fd, "w") as file:
+        file.write(new_token() + "\n")
+    os.chmod(path, mode)      # whatever the umask
+    return path
+
+
+# The compose stack's secrets (docker-compose.yml's `secrets:`).
+COMPOSE_SECRETS = ("api-token", "grpc-token", "postgres-password")
+
+
+def ensure_compose_secrets(directory: Path) -> list[Path]:
+    """``make up``: each of the stack's secrets, generated on first start. The
+    directory is 0700 (only its owner reaches the files); the files are
+    readable by all (0444) because Docker bind-mounts them into containers
+    whose users (10001, postgres) are not the owner, which compose cannot
+    change outside swarm mode."""
+    return [ensure_secret(directory / name, 0o444) for name in COMPOSE_SECRETS]
+
+
+if __name__ == "__main__":
+    import sys
+
+    directory = Path(sys.argv[1] if len(sys.argv) > 1 else ".secrets")
+    ensure_compose_secrets(directory)
+    print(f"secrets: {directory}/ ({', '.join(COMPOSE_SECRETS)})")

@@ -1,0 +1,81 @@
+"""Issue 15, containers: docker-compose.yml as written (the stack itself is
+checked by ``make up`` and the chaos tests): no known default secret, every
+service hardened and limited, the networks separated; and the secrets
+``make up`` generates."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkpoint.secrets import COMPOSE_SECRETS, ensure_compose_secrets, read_secret
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+
+
+def test_no_password_or_token_is_written_in_the_file():
+    text = (REPO / "docker-compose.yml").read_text()
+    assert "POSTGRES_PASSWORD:" not in text and "SP_PG_PASSWORD:" not in text
+    assert {name: spec["file"] for name, spec in COMPOSE["secrets"].items()} == {
+        "api_token": "${SP_SECRETS_DIR:-./.secrets}/api-token",
+        "grpc_token": "${SP_SECRETS_DIR:-./.secrets}/grpc-token",
+        "postgres_password": "${SP_SECRETS_DIR:-./.secrets}/postgres-password"}
+    assert SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
+    controller = SERVICES["controller"]["environment"]
+    assert (controller["SP_API_TOKEN_FILE"], controller["SP_GRPC_TOKEN_FILE"]) == (
+        "/run/secrets/api_token", "/run/secrets/grpc_token")
+    for worker in ("worker-0", "worker-1"):
+        env = SERVICES[worker]["environment"]
+        assert (env["SP_GRPC_TOKEN_FILE"], env["SP_PG_PASSWORD_FILE"]) == (
+            "/run/secrets/grpc_token", "/run/secrets/postgres_password")
+        assert set(SERVICES[worker]["secrets"]) == {"grpc_token", "postgres_password"}
+    assert "SP_API_AUTH" not in text and "SP_GRPC_AUTH" not in text
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_every_service_is_hardened_and_limited(service):
+    spec = SERVICES[service]
+    assert spec["cap_drop"] == ["ALL"] and "cap_add" not in spec
+    assert spec["security_opt"] == ["no-new-privileges:true"]
+    assert spec["read_only"] is True
+    assert spec["logging"] == {"driver": "json-file", "options": {"max-size": "10m", "max-file": "3"}}
+    assert spec["mem_limit"] and 0 < float(spec["cpus"]) <= 2 and 0 < spec["pids_limit"] <= 1024
+    # A tmpfs is root's, 0755, unless told: the services run as other users.
+    assert all("mode=1777" in mount for mount in spec.get("tmpfs", [])), spec.get("tmpfs")
+
+
+def test_the_networks_are_separated():
+    assert COMPOSE["networks"]["control"]["internal"] and COMPOSE["networks"]["data"]["internal"]
+    assert SERVICES["producer"]["network_mode"] == "none"
+    assert set(SERVICES["controller"]["networks"]) == {"front", "control"}
+    assert set(SERVICES["postgres"]["networks"]) == {"data"}
+    assert set(SERVICES["worker-0"]["networks"]) == set(SERVICES["worker-1"]["networks"]) == {"control", "data"}
+    assert set(SERVICES["prometheus"]["networks"]) == {"front"}
+    # Only the controller's REST port (and Prometheus') is published, on 127.0.0.1 by default.
+    published = {name: spec.get("ports") for name, spec in SERVICES.items() if spec.get("ports")}
+    assert published == {"controller": ["${SP_HTTP_BIND:-127.0.0.1}:${SP_HTTP_PUBLISH_PORT:-8080}:8080"],
+                         "prometheus": ["${SP_HTTP_BIND:-127.0.0.1}:${SP_PROMETHEUS_PUBLISH_PORT:-9090}:9090"]}
+
+
+def test_make_up_generates_random_secrets_once_out_of_reach(tmp_path):
+    directory = tmp_path / ".secrets"
+    first = ensure_compose_secrets(directory)
+    assert [p.name for p in first] == list(COMPOSE_SECRETS)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    values = [read_secret(p).value for p in first]
+    assert len(set(values)) == 3 and all(len(v) >= 43 for v in values)      # 256 bits each
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in first)
+    ensure_compose_secrets(directory)                                         # a second `make up`
+    assert [read_secret(p).value for p in first] == values
+    assert ensure_compose_secrets(tmp_path / "other") and read_secret(tmp_path / "other" / "api-token").value \
+        not in values
+
+
+def test_the_secrets_are_kept_out_of_git_and_of_the_images():
+    assert "/.secrets/" in (REPO / ".gitignore").read_text().splitlines()
+    assert "!.secrets" not in (REPO / ".dockerignore").read_text()

@@ -52,6 +52,10 @@ class WorkerSettings(Settings):
                     "beginning)")
     checkpoint_retain: int = Field(
         3, ge=1, description="checkpoints kept; older ones and files no kept checkpoint references are deleted")
+    max_same_failures: int = Field(
+        5, ge=1, description="a failed query restores the last complete checkpoint into the living Spark session "
+                             "and restarts (backing off when it fails again); the same failure this many times in "
+                             "a row stops the worker")
     log_dir: LogDir = Path("var/log")
     output_dir: UserPath = Field(Path("var/output"), description="root of the files sink")
     # local[threads, max task attempts]: plain local[N] never retries a task,

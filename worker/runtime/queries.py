@@ -79,6 +79,8 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
     if name in staging:
         # Files and PostgreSQL sinks stage each batch; the publisher delivers it.
         writer = writer.format(STAGING_FORMAT).option("path", str(staging[name]))
+        if settings.test_fault:
+            writer = writer.option("testFault", settings.test_fault).option("faultDir", str(settings.checkpoint_dir))
     elif sink.kind == "sink.console":
         writer = writer.format(CONSOLE_FORMAT)
     else:

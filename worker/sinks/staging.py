@@ -28,6 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from pyspark.sql.types import StructType
 
 from sparkpoint.backoff import Backoff
+from sparkpoint.faults import NO_FAULTS, FaultInjector
 from sparkpoint.fileio import fsync_dir
 from worker.publishing.staging import batch_dir_name
 
@@ -67,19 +68,23 @@ class StagedFile(WriterCommitMessage):
 
 
 class StagingDataSource(DataSource):
-    """Options: ``path``, this run's staging directory of the sink (it must exist)."""
+    """Options: ``path``, this run's staging directory of the sink (it must
+    exist); tests only: ``testFault`` and ``faultDir`` (``sparkpoint.faults``)."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StagingStreamWriter:
-        return StagingStreamWriter(Path(self.options["path"]))
+        spec = self.options.get("testFault", "")
+        faults = FaultInjector(spec, Path(self.options["faultDir"])) if spec else NO_FAULTS
+        return StagingStreamWriter(Path(self.options["path"]), faults)
 
 
 class StagingStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, faults: FaultInjector = NO_FAULTS) -> None:
         self.run_dir = run_dir
+        self.faults = faults
 
     def write(self, iterator: Iterator) -> StagedFile:
         import pyarrow as pa
@@ -111,6 +116,7 @@ class StagingStreamWriter(DataSourceStreamArrowWriter):
         2. Rename it to ``b<batch>`` (replacing an earlier attempt at this
            batch id); fsync the run directory. The batch is now staged.
         """
+        self.faults.fail("staging.commit", f"batch {batchId} of {self.run_dir.name}")
         # 1.
         tmp = self.run_dir / f".{batch_dir_name(batchId)}-{uuid.uuid4().hex}.tmp"
         # Fails once the run is retired: a lingering run stages nothing.

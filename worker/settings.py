@@ -90,7 +90,8 @@ class WorkerSettings(Settings):
     test_fault: str = Field(
         "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]` or "
                         "`publish.files_placed[:n]` (a files sink placed a publish's files, its mark not yet "
-                        "written) makes the worker SIGKILL itself there, once")
+                        "written) makes the worker SIGKILL itself there, once; `staging.commit[:n][:always]` "
+                        "fails the query committing a staged batch instead (once, or every time from the n-th)")
 
     @field_validator("worker_id")
     @classmethod

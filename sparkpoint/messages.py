@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 class WorkerState(str, enum.Enum):
     STARTING = "starting"
     RECOVERING = "recovering"
+    RESTARTING = "restarting"   # a query failed: restoring into the living Spark session
     RUNNING = "running"
     FAILED = "failed"
     FINISHED = "finished"
@@ -75,6 +76,17 @@ class Recovery:
     replayed_bytes: int = 0
     started_at: float = 0.0     # worker's clock, when this run began restoring; 0: it restored nothing
     duration_ms: float = 0.0    # from started_at until caught up; 0 while active
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """A worker's restarts in its living Spark session after a query failed
+    (its process and JVM lived on)."""
+
+    count: int = 0              # since the worker's process started
+    same_in_a_row: int = 0      # the last failure's, counting it (SP_MAX_SAME_FAILURES stops the worker)
+    last_error: str = ""        # the last failure, one line
+    last_failed_at: float = 0.0     # worker's clock, seconds since the epoch; 0: none yet
 
 
 @dataclass(frozen=True)
@@ -207,6 +219,7 @@ class ProgressReport:
     restored_checkpoint_id: int = 0     # 0: started without a checkpoint
     recovery: Recovery = Recovery()
     sinks: tuple[SinkProgress, ...] = ()
+    restarts: Restarts = Restarts()
     savepoint_answers: tuple[SavepointAnswer, ...] = ()
     exports: tuple[ExportAnswer, ...] = ()
     finished_nodes: tuple[str, ...] = ()    # nodes whose every branch has finished

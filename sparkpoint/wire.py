@@ -26,6 +26,7 @@ from sparkpoint.messages import (
     ReportOutcome,
     ReportStatus,
     Restart,
+    Restarts,
     RestoreDecision,
     SavepointAnswer,
     SinkContract,
@@ -42,6 +43,7 @@ _WORKER_STATES = {
     WorkerState.RUNNING: pb.WORKER_STATE_RUNNING,
     WorkerState.FAILED: pb.WORKER_STATE_FAILED,
     WorkerState.FINISHED: pb.WORKER_STATE_FINISHED,
+    WorkerState.RESTARTING: pb.WORKER_STATE_RESTARTING,
 }
 _REPORT_STATUSES = {
     ReportStatus.ACCEPTED: pb.REPORT_STATUS_ACCEPTED,
@@ -180,6 +182,8 @@ def report_to_pb(report: ProgressReport) -> pb.ProgressReport:
             error=s.error, waiting_since=s.waiting_since, next_retry_at=s.next_retry_at,
             published_checkpoint_id=s.published_checkpoint_id, published_batch_id=s.published_batch_id,
             pending_batches=s.pending_batches, retries=s.retries) for s in report.sinks],
+        restarts=pb.Restarts(count=report.restarts.count, same_in_a_row=report.restarts.same_in_a_row,
+                             last_error=report.restarts.last_error, last_failed_at=report.restarts.last_failed_at),
         savepoint_answers=[pb.SavepointAnswer(savepoint_id=a.savepoint_id, checkpoint_id=a.checkpoint_id)
                            for a in report.savepoint_answers],
         exports=[pb.ExportAnswer(savepoint_id=e.savepoint_id, dir=e.dir, error=e.error) for e in report.exports],
@@ -213,6 +217,8 @@ def report_from_pb(request: pb.ProgressReport) -> ProgressReport:
             waiting_since=s.waiting_since, next_retry_at=s.next_retry_at,
             published_checkpoint_id=s.published_checkpoint_id, published_batch_id=s.published_batch_id,
             pending_batches=s.pending_batches, retries=s.retries) for s in request.sinks),
+        restarts=Restarts(request.restarts.count, request.restarts.same_in_a_row, request.restarts.last_error,
+                          request.restarts.last_failed_at),
         savepoint_answers=tuple(SavepointAnswer(a.savepoint_id, a.checkpoint_id) for a in request.savepoint_answers),
         exports=tuple(ExportAnswer(e.savepoint_id, e.dir, e.error) for e in request.exports),
         finished_nodes=tuple(request.finished_nodes),

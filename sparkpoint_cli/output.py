@@ -65,7 +65,7 @@ def show(output: Output, view: Any, text: RenderableType) -> None:
 
 
 # -- values as people read them ---------------------------------------------------------
-STATE_STYLES = {"running": "green", "ok": "green", "complete": "green", "recovering": "yellow", "waiting": "yellow",
+STATE_STYLES = {"running": "green", "ok": "green", "complete": "green", "recovering": "yellow", "restarting": "yellow", "waiting": "yellow",
                 "pending": "yellow", "starting": "cyan", "failed": "bold red", "finished": "dim"}
 
 

@@ -37,6 +37,14 @@ def _recovery(worker: dict[str, Any]) -> str:
     return "-"
 
 
+def _restarts(worker: dict[str, Any]) -> str:
+    restarts = worker["restarts"]
+    if not restarts["last_error"]:
+        return ""
+    return (f"restarted {restarts['count']} time{'' if restarts['count'] == 1 else 's'} after a query failed "
+            f"(last failure {restarts['same_in_a_row']} in a row): {restarts['last_error']}")
+
+
 def status_view(status: dict[str, Any]) -> RenderableType:
     savepoints = status["savepoints"]
     newest = f" (newest {savepoints['newest_id']}: {savepoints['newest_state']})" if savepoints["count"] else ""
@@ -65,7 +73,8 @@ def status_view(status: dict[str, Any]) -> RenderableType:
              for worker, s in sinks],
             right=("PENDING", "LAG", "RETRIES"))]
     errors = [f"{w['worker_id']}: {message}" for w in status["workers"]
-              for message in [w["checkpoint_error"], *(f"{q['name']}: {q['error']}" for q in w["queries"] if q["error"])]
+              for message in [w["checkpoint_error"], *(f"{q['name']}: {q['error']}" for q in w["queries"] if q["error"]),
+                              _restarts(w)]
               if message]
     parts += [Text(f"error: {line}", style="red") for line in errors]
     return Group(*parts)

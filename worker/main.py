@@ -7,8 +7,11 @@ Steps:
    Spark session (its JVM is forked before any gRPC channel exists: gRPC's
    fork handlers can break the launch) and derive the pipeline's layout:
    which state belongs to which node.
-3-7. Serve runs of the pipeline in that session (``worker.lifecycle.serve``)
-   until one ends other than in a restart (a savepoint restore).
+3-8. Serve runs of the pipeline in that session (``worker.lifecycle.serve``)
+   until one ends other than in a restart: a savepoint restore, or a failed
+   query (restored into the same session after the restart policy's
+   backoff; ``worker.lifecycle.restarts``). Only a failure the policy gives
+   up on, or a dead JVM or process, ends the worker (and so its container).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
+import time
 
 from sparkpoint.settings import SettingsError, exit_with_error
 from worker.api.graph import Pipeline, PipelineError
@@ -24,6 +29,7 @@ from worker.api.loader import load_pipeline
 from worker.checkpointing.store import CheckpointStore, FenceError
 from worker.control.client import ControllerClient, WorkerIdentity
 from worker.healthcheck import clear_health
+from worker.lifecycle.restarts import RestartPolicy
 from worker.lifecycle.serve import RunEnd, Session, serve
 from worker.publishing.sinks import check_sinks
 from worker.runtime.progress import summarize_error
@@ -68,12 +74,17 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     client = ControllerClient(settings.controller_addr, identity,
                               checkpoints=lambda: [m.info() for m in store.readable()[0]] if checkpoints_on else [],
                               token=settings.grpc_token_file)
-    session = Session(settings, pipeline, layout, store, spark, client)
+    session = Session(settings, pipeline, layout, store, spark, client,
+                      RestartPolicy(settings.max_same_failures, clock=time.time))
     try:
-        # 3-7.
-        while (end := serve(session, stop)) is RunEnd.RESTART:
-            log.info("restarting the pipeline: the controller holds a new restore plan")
-        return EXIT_CODES[end]
+        # 3-8.
+        while (outcome := serve(session, stop)).end is RunEnd.RESTART:
+            if stop.wait(outcome.delay_s):
+                return EXIT_CODES[RunEnd.STOPPED]
+            log.info("restarting the pipeline in this Spark session")
+        if outcome.reason:
+            print(f"{PROGRAM}: error: {outcome.reason}", file=sys.stderr)
+        return EXIT_CODES[outcome.end]
     finally:
         client.close()
         spark.stop()

@@ -55,6 +55,10 @@ class WorkerSettings(Settings):
                     "beginning)")
     checkpoint_retain: int = Field(
         3, ge=1, description="checkpoints kept; older ones and files no kept checkpoint references are deleted")
+    max_same_failures: int = Field(
+        5, ge=1, description="a failed query restores the last complete checkpoint into the living Spark session "
+                             "and restarts (backing off when it fails again); the same failure this many times in "
+                             "a row stops the worker")
     log_dir: LogDir = Path("var/log")
     output_dir: UserPath = Field(Path("var/output"), description="root of the files sink")
     # local[threads, max task attempts]: plain local[N] never retries a task,
@@ -99,7 +103,9 @@ class WorkerSettings(Settings):
         "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]`, "
                         "`publish.files_placed[:n]` (a files sink placed a publish's files, its mark not yet "
                         "written) or `publish.postgres_written[:n]` (a transactional PostgreSQL sink wrote its "
-                        "rows and mark, before COMMIT) makes the worker SIGKILL itself there, once")
+                        "rows and mark, before COMMIT) makes the worker SIGKILL itself there, once; "
+                        "`staging.commit[:n][:always]` fails the query staging a batch instead (once, or every "
+                        "time from the n-th)")
 
     @field_validator("worker_id")
     @classmethod

@@ -9,6 +9,7 @@ from controller.savepoints.view import SavepointSummary
 from sparkpoint.messages import (
     CheckpointInfo,
     QueryProgress,
+    Restarts,
     SinkContract,
     SinkProgress,
     SinkState,
@@ -79,6 +80,7 @@ class WorkerStatus:
     recoveries: int
     registrations: int
     durable_checkpoints: int    # on its volume, as last reported
+    restarts: Restarts          # in its living Spark session after a query failed
     finished_nodes: list[str] = field(default_factory=list)
     queries: list[QueryProgress] = field(default_factory=list)
     sinks: list[SinkView] = field(default_factory=list)
@@ -100,6 +102,8 @@ def pipeline_state(records: list[WorkerRecord], expected: int) -> str:
     states = {record.state for record in records}
     if WorkerState.FAILED in states:
         return WorkerState.FAILED.value
+    if WorkerState.RESTARTING in states:
+        return WorkerState.RESTARTING.value
     if WorkerState.RECOVERING in states:
         return WorkerState.RECOVERING.value
     if len(records) < expected or WorkerState.STARTING in states:
@@ -189,6 +193,7 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         recoveries=record.recoveries,
         registrations=record.registrations,
         durable_checkpoints=len(record.checkpoints),
+        restarts=record.restarts,
         finished_nodes=list(record.finished_nodes),
         queries=queries,
         sinks=[sink_view(sink, now, batches.get(sink.name, -1)) for sink in record.sinks],

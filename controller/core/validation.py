@@ -192,6 +192,9 @@ def report(request: ProgressReport) -> ProgressReport:
     _integer(request.recovery.replayed_bytes, "recovery.replayed_bytes")
     _real(request.recovery.started_at, "recovery.started_at")
     _real(request.recovery.duration_ms, "recovery.duration_ms")
+    _integer(request.restarts.count, "restarts.count")
+    _integer(request.restarts.same_in_a_row, "restarts.same_in_a_row")
+    _real(request.restarts.last_failed_at, "restarts.last_failed_at")
     _integer(request.checkpoint_volume.used_bytes, "checkpoint_volume.used_bytes")
     _integer(request.checkpoint_volume.free_bytes, "checkpoint_volume.free_bytes")
     _names(request.finished_nodes, "finished_nodes")
@@ -205,6 +208,7 @@ def report(request: ProgressReport) -> ProgressReport:
                                 for i, a in enumerate(request.savepoint_answers)),
         exports=tuple(_export_answer(a, f"exports[{i}]") for i, a in enumerate(request.exports)),
         checkpoint_error=clip(request.checkpoint_error, limits.TEXT_MAX),
+        restarts=replace(request.restarts, last_error=clip(request.restarts.last_error, limits.TEXT_MAX)),
     )
 
 

@@ -15,6 +15,7 @@ from sparkpoint.messages import (
     Recovery,
     Registration,
     ReportStatus,
+    Restarts,
     SinkContract,
     SinkProgress,
     SinkState,
@@ -50,6 +51,7 @@ class WorkerRecord:
     checkpoints: tuple[CheckpointInfo, ...] = ()    # durable on its volume, as last reported
     recoveries: int = 0                             # recoveries that caught up
     last_recovery_started_at: float = 0.0           # the worker's clock: which recovery was counted last
+    restarts: Restarts = Restarts()                 # in its living Spark session, as last reported
 
     @property
     def last_checkpoint_id(self) -> int:
@@ -108,6 +110,8 @@ class ProgressTable:
             checkpoints=registration.checkpoints,
             recoveries=previous.recoveries if previous else 0,
             last_recovery_started_at=previous.last_recovery_started_at if previous else 0.0,
+            # Registering again is how a worker restarts in its Spark session: its restarts stay shown.
+            restarts=previous.restarts if previous else Restarts(),
         )
         self.workers[registration.worker_id] = record
         return record
@@ -132,6 +136,7 @@ class ProgressTable:
             restored_checkpoint_id=report.restored_checkpoint_id,
             recovery=report.recovery,
             sinks=report.sinks,
+            restarts=report.restarts,
             last_heartbeat=now,
             finished_nodes=report.finished_nodes,
             checkpoints=record.checkpoints if report.checkpoints is None else report.checkpoints,
@@ -178,7 +183,7 @@ class ProgressTable:
             table.workers[item["worker_id"]] = WorkerRecord(
                 **{k: v for k, v in item.items()
                    if k not in ("state", "queries", "last_checkpoint", "recovery", "sinks", "nodes", "finished_nodes",
-                                "checkpoints", "checkpoint_volume")},
+                                "checkpoints", "checkpoint_volume", "restarts")},
                 state=WorkerState(item["state"]),
                 queries=tuple(QueryProgress(**q) for q in item.get("queries", [])),
                 last_checkpoint=None if checkpoint is None else _checkpoint(checkpoint),
@@ -188,6 +193,7 @@ class ProgressTable:
                 checkpoints=tuple(_checkpoint(c) for c in item.get("checkpoints", [])),
                 recovery=Recovery(**item.get("recovery", {})),
                 checkpoint_volume=VolumeUse(**item.get("checkpoint_volume", {})),
+                restarts=Restarts(**item.get("restarts", {})),
                 sinks=tuple(SinkProgress(**{**sink, "state": SinkState(sink["state"]),
                                             "contract": _contract(sink.get("contract"))})
                             for sink in item.get("sinks", [])),

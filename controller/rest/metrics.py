@@ -114,6 +114,8 @@ WORKER_FAMILIES: list[tuple[Family, Callable[[WorkerStatus], float | None]]] = [
      lambda w: w.recovery.target_bytes - w.recovery.replayed_bytes if w.recovery.active else 0.0),
     (Family("sparkpoint_worker_recoveries_total", "Recoveries (a checkpoint restored, the log replayed) that caught "
             "up.", W, counter=True), lambda w: w.recoveries),
+    (Family("sparkpoint_worker_restarts_total", "Restarts in the worker's living Spark session after a query "
+            "failed, since its process started.", W, counter=True), lambda w: w.restarts.count),
 ]
 WORKER_STATE = Family("sparkpoint_worker_state", "The worker's state: 1 for the current one.", ("worker", "state"))
 CHECKPOINT_DURATION = "sparkpoint_worker_checkpoint_duration_seconds"

@@ -18,6 +18,9 @@ export PATH="$PGBIN:$PATH"
 export PGDATA
 USER_NAME=${POSTGRES_USER:-postgres}
 DB_NAME=${POSTGRES_DB:-$USER_NAME}
+# The server's sockets: in /tmp, the one place a read-only root leaves
+# writable (a tmpfs over an image directory keeps that directory's owner, root).
+SOCKETS=/tmp
 
 if [ "${1:-}" = healthcheck ]; then
   exec pg_isready -q -h 127.0.0.1 -p "${PGPORT:-5432}" -U "$USER_NAME" -d "$DB_NAME"
@@ -64,12 +67,12 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   } >> "$PGDATA/pg_hba.conf"
   if [ "$DB_NAME" != postgres ]; then
     # A private, socket-only server to create the database, then stop it.
-    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=/var/run/postgresql" start >/dev/null
-    psql -v ON_ERROR_STOP=1 -h /var/run/postgresql -U "$USER_NAME" -d postgres -q \
+    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKETS" start >/dev/null
+    psql -v ON_ERROR_STOP=1 -h "$SOCKETS" -U "$USER_NAME" -d postgres -q \
       -c "CREATE DATABASE \"$DB_NAME\"" >/dev/null
     pg_ctl -D "$PGDATA" -w -m fast stop >/dev/null
   fi
   echo "sparkpoint-postgres: initialised"
 fi
 
-exec postgres -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories=/var/run/postgresql "$@"
+exec postgres -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories="$SOCKETS" "$@"

@@ -17,6 +17,7 @@ from sparkpoint.messages import (
     QueryCut,
     QueryProgress,
     Recovery,
+    Restarts,
     SinkContract,
     SinkProgress,
     SinkState,
@@ -81,6 +82,16 @@ def test_status_names_failed_queries_and_checkpoints(url, pipeline, clock, capsy
     assert run(url, "status") == 0
     assert capsys.readouterr().out.splitlines()[-2:] == [
         "error: w0: checkpoint 7: OSError: disk full", "error: w0: out: ZeroDivisionError: division by zero"]
+
+
+def test_status_names_the_last_failure_a_worker_restarted_after(url, pipeline, clock, capsys):
+    report(pipeline, 0, WorkerState.RESTARTING,
+           restarts=Restarts(2, 2, "ZeroDivisionError: division by zero", clock.now - 1))
+    assert run(url, "status") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert cells(lines[3])[:2] == ["w0", "restarting"]
+    assert lines[-1] == ("error: w0: restarted 2 times after a query failed (last failure 2 in a row): "
+                         "ZeroDivisionError: division by zero")
 
 
 def test_status_as_json_is_the_controllers(url, pipeline, clock, capsys):

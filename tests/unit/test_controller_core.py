@@ -3,6 +3,9 @@ driven with a fake clock and deterministic session ids (no sleeps)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 
 from controller.core.errors import Conflict, InvalidRequest, SessionActive
@@ -12,6 +15,7 @@ from sparkpoint.messages import (
     QueryProgress,
     Registration,
     ReportStatus,
+    Restarts,
     RestoreDecision,
     WorkerState,
 )
@@ -144,10 +148,12 @@ def test_pipeline_state_transitions(service):
 
     service.report_progress(report(s1, 2, worker_id="w1", state=WorkerState.RECOVERING))
     assert service.status().state == "recovering"
-    service.report_progress(report(s0, 2, worker_id="w0", state=WorkerState.FAILED))
+    service.report_progress(report(s0, 2, worker_id="w0", state=WorkerState.RESTARTING))
+    assert service.status().state == "restarting"
+    service.report_progress(report(s0, 3, worker_id="w0", state=WorkerState.FAILED))
     assert service.status().state == "failed"
 
-    service.report_progress(report(s0, 3, worker_id="w0", state=WorkerState.FINISHED))
+    service.report_progress(report(s0, 4, worker_id="w0", state=WorkerState.FINISHED))
     service.report_progress(report(s1, 3, worker_id="w1", state=WorkerState.FINISHED))
     assert service.status().state == "finished"
 
@@ -188,6 +194,20 @@ def test_worker_without_queries(service):
     service.register(registration())
     worker = service.status().workers[0]
     assert (worker.batch_id, worker.rows_processed, worker.offsets) == (-1, 0, {})
+
+
+def test_restarts_show_in_status_through_a_re_registration_and_the_controllers_checkpoint(service):
+    session = service.register(registration()).session_id
+    failed = Restarts(count=2, same_in_a_row=1, last_error="ValueError: bad row", last_failed_at=1700000000.0)
+    service.report_progress(dataclasses.replace(report(session, 1, state=WorkerState.RESTARTING), restarts=failed))
+    worker = service.status().workers[0]
+    assert (worker.state, worker.restarts) == (WorkerState.RESTARTING, failed)
+    # The restart registers again (the same process: it names its session); still shown until it reports.
+    service.register(dataclasses.replace(registration(), session_id=session))
+    assert service.status().workers[0].restarts == failed
+    snapshot = service.snapshot()
+    service.load_snapshot(json.loads(json.dumps(snapshot)))
+    assert service.status().workers[0].restarts == failed
 
 
 def test_reregistration_keeps_last_known_queries(service, clock):

@@ -29,6 +29,7 @@ from sparkpoint.messages import (
     Registration,
     ReportOutcome,
     ReportStatus,
+    Restarts,
     RestoreDecision,
     SinkProgress,
     WorkerState,
@@ -118,10 +119,11 @@ def test_numbers_that_would_break_the_status_json_are_refused(stub, worker, rest
 def test_long_error_text_is_clipped_not_refused(stub, worker, service):
     report = pb.ProgressReport(worker_id="w0", session_id=worker.session_id, seq=1,
                                queries=[pb.QueryProgress(name="q", error="E" * 100_000)],
-                               checkpoint_error="C" * 100_000)
+                               checkpoint_error="C" * 100_000, restarts=pb.Restarts(last_error="R" * 100_000))
     assert stub.ReportProgress(report).status == pb.REPORT_STATUS_ACCEPTED
     record = service.worker("w0")
     assert len(record.queries[0].error) == len(record.checkpoint_error) == limits.TEXT_MAX
+    assert len(record.restarts.last_error) == limits.TEXT_MAX
 
 
 @pytest.fixture
@@ -266,6 +268,10 @@ def report(**fields) -> ProgressReport:
     (report(checkpoints=(CheckpointInfo(0),)), "checkpoints[0].checkpoint_id"),
     (report(checkpoints=(CheckpointInfo(1, duration_ms=float("nan")),)), "checkpoints[0].duration_ms"),
     (report(checkpoints=tuple(CheckpointInfo(i + 1) for i in range(limits.MAX_CHECKPOINTS + 1))), "checkpoints"),
+    # In-process restarts (issue 13).
+    (report(restarts=Restarts(count=-1)), "restarts.count"),
+    (report(restarts=Restarts(same_in_a_row=-1)), "restarts.same_in_a_row"),
+    (report(restarts=Restarts(last_failed_at=float("nan"))), "restarts.last_failed_at"),
 ])
 def test_each_report_field_is_checked(bad, field):
     with pytest.raises(InvalidRequest) as caught:

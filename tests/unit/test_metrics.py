@@ -15,6 +15,7 @@ from sparkpoint.messages import (
     QueryProgress,
     Recovery,
     Registration,
+    Restarts,
     SinkContract,
     SinkProgress,
     SinkState,
@@ -59,6 +60,7 @@ FAMILIES = {
     "sparkpoint_worker_recovery_remaining_bytes": "gauge",
     "sparkpoint_worker_recoveries": "counter",
     "sparkpoint_worker_recovery_duration_seconds": "histogram",
+    "sparkpoint_worker_restarts": "counter",
     "sparkpoint_query_batches": "counter",
     "sparkpoint_query_rows_processed": "counter",
     "sparkpoint_query_rows_per_second": "gauge",
@@ -116,6 +118,7 @@ def run_a_while(service, clock) -> None:
         "w0", w0.session_id, 2, WorkerState.RUNNING, (query,), restored_checkpoint_id=3,
         recovery=Recovery(False, 5000, 5000, started_at=clock.now - 13, duration_ms=12_500.0), sinks=(sink,),
         dropped_checkpoints=2, failed_checkpoints=1, checkpoint_volume=VolumeUse(7 << 30, 3 << 30),
+        restarts=Restarts(2, 1, "ValueError: bad row", clock.now - 20),
         checkpoints=(CheckpointInfo(3, duration_ms=900.0), CheckpointInfo(4, duration_ms=180.0),
                      CheckpointInfo(5, duration_ms=2600.0, created_at=clock.now))))
     service.commit_checkpoint("w0", CheckpointInfo(5, size_bytes=5000, duration_ms=2600.0, created_at=clock.now - 1,
@@ -165,6 +168,8 @@ def test_values_are_the_controllers_state_at_scrape_time(service, clock, rest):
     assert value(m, "sparkpoint_worker_restored_checkpoint_id", worker="w0") == 3
     assert value(m, "sparkpoint_worker_recovering", worker="w0") == 0
     assert value(m, "sparkpoint_worker_recoveries", "sparkpoint_worker_recoveries_total", worker="w0") == 1
+    assert value(m, "sparkpoint_worker_restarts", "sparkpoint_worker_restarts_total", worker="w0") == 2
+    assert value(m, "sparkpoint_worker_restarts", "sparkpoint_worker_restarts_total", worker="w1") == 0
     # Checkpoints 4 and 5 observed once each (a commit and a report name them);
     # 3 was on the volume before: never observed.
     durations = "sparkpoint_worker_checkpoint_duration_seconds"

@@ -20,6 +20,7 @@ from sparkpoint.messages import (
     ReportOutcome,
     ReportStatus,
     Restart,
+    Restarts,
     RestoreDecision,
     SavepointAnswer,
     SinkContract,
@@ -63,6 +64,7 @@ def test_a_full_report_round_trips():
         exports=(ExportAnswer("sp-000001", "exports/a/worker-0", "disk full"),),
         finished_nodes=("trades",),
         checkpoints=(CHECKPOINT,),
+        restarts=Restarts(3, 2, "ValueError: bad row", 1700000001.5),
     )
     assert reparsed(report, wire.report_to_pb, wire.report_from_pb) == report
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkpoint.messages import ProgressReport, QueryProgress, Recovery, VolumeUse, WorkerState
+from sparkpoint.messages import ProgressReport, QueryProgress, Recovery, Restarts, VolumeUse, WorkerState
 from worker.api.graph import Pipeline
 from worker.checkpointing.manifest import Manifest
 from worker.checkpointing.runner import CheckpointRunner
@@ -56,15 +57,19 @@ class LiveRun:
     restored: Manifest | None = None
     recovery: RecoveryTracker | None = None
     runner: CheckpointRunner | None = None
+    restarts: Callable[[], Restarts] = Restarts     # the worker's restarts in its Spark session so far
+    failure: str = ""           # the failed query's error (Spark's text), when one failed
+    restarting: bool = False    # a query failed: this run ends, the next restores in the same session
 
     def report(self, publisher: Publisher, commands: CommandBook, settings: WorkerSettings) -> ProgressReport:
         """The next progress report (the reporter numbers it); writes the
         container's health file on the way."""
         statuses = self.tracker.snapshot()
         recovery = self.recovery.progress(statuses) if self.recovery else Recovery()
-        state = worker_state(statuses, self.expected_queries, recovery.active)
+        state = WorkerState.RESTARTING if self.restarting else \
+            worker_state(statuses, self.expected_queries, recovery.active)
         write_health(settings.work_dir, registered=True,
-                     queries_alive=all(q.isActive or q.name in self.finished for q in self.queries),
+                     queries_alive=self.restarting or all(q.isActive or q.name in self.finished for q in self.queries),
                      state=state.value)
         answers = commands.answers()
         stats = self.runner.stats() if self.runner else None
@@ -77,6 +82,7 @@ class LiveRun:
             checkpoint_volume=volume_use(settings.checkpoint_dir),
             restored_checkpoint_id=self.restored.checkpoint_id if self.restored else 0,
             recovery=recovery,
+            restarts=self.restarts(),
             sinks=tuple(publisher.statuses()),
             savepoint_answers=answers.savepoints,
             exports=answers.exports,

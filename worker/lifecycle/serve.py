@@ -15,6 +15,11 @@ Steps (``serve``):
    commands in the background; supervise the queries until one fails, the
    controller asks for a restart (a savepoint restore) or refuses this
    worker (released, its index taken), or SIGTERM arrives.
+8. A failed query ends the run, not the worker: the restart policy
+   (``restarts``) decides whether the next run restores the last complete
+   checkpoint into this Spark session (after a backoff), or the worker
+   stops (the same failure again and again, or Spark's JVM gone). The last
+   report says which: state ``restarting``, or ``failed``.
 
 Steps 1 and 2 (settings, the fence, the Spark session) are ``worker.main``'s.
 """
@@ -43,6 +48,7 @@ from worker.control.client import ControllerClient, RegistrationRefused
 from worker.control.commands import CommandBook
 from worker.control.reporter import Reporter
 from worker.lifecycle.live import LiveRun
+from worker.lifecycle.restarts import RestartDecision, RestartPolicy
 from worker.lifecycle.restoring import (
     fresh_run_dir,
     recover_staging,
@@ -68,14 +74,26 @@ class RunEnd(enum.Enum):
     """How a run ended, and so what the worker does next."""
 
     STOPPED = "stopped"     # SIGTERM (or stopped before registering): exit 0
-    FAILED = "failed"       # a query failed: exit 1
-    RESTART = "restart"     # the controller holds a new restore plan: register again, same session
+    FAILED = "failed"       # refused by the controller, or a failure the worker does not restart after: exit 1
+    RESTART = "restart"     # register again and restore, same session: a savepoint restore, or a query failed
+    QUERY_FAILED = "query_failed"   # ``supervise`` only: a query failed (``LiveRun.failure``)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended; ``delay_s``: a restart after a failed query backs
+    off this long first; ``reason``: why the worker stops (FAILED)."""
+
+    end: RunEnd
+    delay_s: float = 0.0
+    reason: str = ""
 
 
 @dataclass(frozen=True)
 class Session:
     """What outlives a run: the worker's settings, pipeline and its layout,
-    the fenced checkpoint store, the Spark session and the controller client."""
+    the fenced checkpoint store, the Spark session, the controller client
+    and the restart policy (what failed before counts)."""
 
     settings: WorkerSettings
     pipeline: Pipeline
@@ -83,6 +101,7 @@ class Session:
     store: CheckpointStore
     spark: SparkSession
     client: ControllerClient
+    restarts: RestartPolicy
 
 
 def wait_for_logs(pipeline: Pipeline, settings: WorkerSettings, stop: threading.Event) -> bool:
@@ -126,7 +145,8 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
 
 def supervise(live: LiveRun, pipeline: Pipeline, restart: threading.Event, stop: threading.Event,
               refused: threading.Event, on_finished: Callable[[], None]) -> RunEnd:
-    """Watch the queries until one fails, a restart is asked for, the
+    """Watch the queries until one fails (``QUERY_FAILED``, its error in
+    ``live.failure``), a restart is asked for, the
     controller refuses this worker (``refused``: it was released, and
     another worker id holds its index), or ``stop``. A bounded branch whose
     query ends without error is finished: its nodes are recorded
@@ -147,13 +167,34 @@ def supervise(live: LiveRun, pipeline: Pipeline, restart: threading.Event, stop:
                 continue
             live.tracker.on_terminated(query.name, str(error))
             log.error("query %s failed: %s", query.name, summarize_error(str(error)))
-            return RunEnd.FAILED
+            live.failure = str(error)
+            return RunEnd.QUERY_FAILED
         stop.wait(0.5)
     return RunEnd.STOPPED if stop.is_set() else RunEnd.RESTART
 
 
-def serve(session: Session, stop: threading.Event) -> RunEnd:
-    """Steps 3-7 (see the module's docstring)."""
+def after_failure(session: Session, live: LiveRun) -> RunOutcome:
+    """Step 8: restart in this session, or stop the worker; the run's last
+    report tells the controller which."""
+    from worker.runtime.session import session_alive
+
+    if session_alive(session.spark):
+        decision = session.restarts.failed(live.failure)
+    else:
+        decision = RestartDecision(False, reason="Spark's JVM is gone (the Spark session cannot run queries any "
+                                                 f"more): {summarize_error(live.failure)}")
+    if not decision.restart:
+        log.error("stopping: %s", decision.reason)
+        return RunOutcome(RunEnd.FAILED, reason=decision.reason)
+    live.restarting = True
+    count = session.restarts.view().count
+    log.warning("restart %d: restoring the last complete checkpoint into this Spark session%s", count,
+                f" in {decision.delay_s:.1f} s" if decision.delay_s else "")
+    return RunOutcome(RunEnd.RESTART, delay_s=decision.delay_s)
+
+
+def serve(session: Session, stop: threading.Event) -> RunOutcome:
+    """Steps 3-8 (see the module's docstring)."""
     from worker.runtime.progress import SparkProgressListener
     from worker.runtime.queries import start_queries
 
@@ -164,15 +205,15 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
     except RegistrationRefused as error:
         exit_with_error(PROGRAM, f"the controller refused this worker: {error}")
     if registered is None:
-        return RunEnd.STOPPED
+        return RunOutcome(RunEnd.STOPPED)
     log.info("registered as %s (index %d of %d); restore: %s", settings.worker_id, registered.worker_index,
              registered.worker_count, registered.restore.describe())
     if not wait_for_logs(pipeline, settings, stop):
-        return RunEnd.STOPPED
+        return RunOutcome(RunEnd.STOPPED)
     run_dir = fresh_run_dir(settings)
     query_root = run_dir / "queries"
     publisher = Publisher(publications(pipeline, settings, run_dir.name))
-    live = LiveRun(expected_queries=len(pipeline.branches), pipeline=pipeline)
+    live = LiveRun(expected_queries=len(pipeline.branches), pipeline=pipeline, restarts=session.restarts.view)
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),
                         settings.report_interval_ms / 1000, on_reply=commands.on_reply,
@@ -182,7 +223,7 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
     try:
         # 4.
         if not publisher.resume_all(stop):
-            return RunEnd.STOPPED
+            return RunOutcome(RunEnd.STOPPED)
         restore_started = time.time()
         outcome = restore_checkpoint(session.store, settings, session.layout, publisher, registered.restore,
                                      registered.last_checkpoint_id, query_root)
@@ -200,6 +241,7 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
         spark.streams.addListener(listener)
         live.queries = start_queries(spark, pipeline, settings, query_root,
                                      {p.name: p.staging.run_dir for p in publisher.publications}, live.finished)
+        session.restarts.run_started()
         log.info("running %d queries: %s%s", len(live.queries), ", ".join(q.name for q in live.queries),
                  f" ({', '.join(sorted(live.finished))} stay finished)" if live.finished else "")
         # 7.
@@ -219,7 +261,8 @@ def serve(session: Session, stop: threading.Event) -> RunEnd:
             live.runner.stop()
         for query in live.queries:
             query.stop()
-        return end
+        # 8.
+        return after_failure(session, live) if end is RunEnd.QUERY_FAILED else RunOutcome(end)
     finally:
         if listener is not None:
             spark.streams.removeListener(listener)

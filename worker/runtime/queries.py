@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from sparkpoint.faults import FaultInjector
 from worker.api.graph import Node, Pipeline, PipelineError, Stream
 from worker.publishing.sinks import publishes_immediately
 from worker.settings import WorkerSettings
@@ -88,7 +89,8 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
         writer = writer.trigger(processingTime=f"{trigger_interval_ms(branch, settings)} milliseconds")
     if name in staging:
         # Files and PostgreSQL sinks stage each batch; the publisher delivers it.
-        writer = writer.foreachBatch(BatchStager(staging[name]))
+        faults = FaultInjector(settings.test_fault, settings.checkpoint_dir)
+        writer = writer.foreachBatch(BatchStager(staging[name], faults=faults))
     elif sink.kind == "sink.console":
         writer = writer.foreachBatch(ConsolePrinter(name))
     else:

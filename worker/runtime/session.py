@@ -81,3 +81,12 @@ def prefill_python_environment(spark: SparkSession) -> None:
 
 def register_data_sources(spark: SparkSession) -> None:
     spark.dataSource.register(EventLogDataSource)
+
+
+def session_alive(spark: SparkSession) -> bool:
+    """Whether the session can still run queries: its JVM answers and its
+    SparkContext is not stopped (a failed query can be restarted in it)."""
+    try:
+        return not spark.sparkContext._jsc.sc().isStopped()
+    except Exception:  # noqa: BLE001 - py4j's errors when the JVM is gone, whatever their type
+        return False

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from sparkpoint.backoff import Backoff
+from sparkpoint.faults import NO_FAULTS, FaultInjector
 from sparkpoint.fileio import fsync_dir, fsync_path
 from worker.publishing.staging import batch_dir_name
 
@@ -84,11 +85,13 @@ class BatchStager:
     """The ``foreachBatch`` function of one staged sink. ``run_dir``: this
     run's staging directory of the sink (the worker creates it; once retired,
     a lingering run stages nothing). ``write``: how a batch becomes Parquet
-    files in a new directory (Spark's writer; tests inject their own)."""
+    files in a new directory (Spark's writer; tests inject their own);
+    ``faults``: the failure point ``staging.commit`` (tests only)."""
 
-    def __init__(self, run_dir: Path, write: WriteParquet = spark_parquet) -> None:
+    def __init__(self, run_dir: Path, write: WriteParquet = spark_parquet, faults: FaultInjector = NO_FAULTS) -> None:
         self.run_dir = Path(run_dir)
         self.write = write
+        self.faults = faults
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Steps:
@@ -115,6 +118,7 @@ class BatchStager:
                 fsync_path(target)
             shutil.rmtree(written)
             fsync_dir(tmp)
+            self.faults.fail("staging.commit", f"batch {batch_id} in {self.run_dir}")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -152,11 +152,14 @@ function renderWorkers(status) {
     } else {
       recovery = el("td", { class: "recovery muted", text: "–" });
     }
-    const errors = [w.checkpoint_error, ...w.queries.filter((q) => q.error).map((q) => `${q.name}: ${q.error}`)]
+    const rs = w.restarts;
+    const restarted = rs.count ? ` · ${rs.count} restart${rs.count === 1 ? "" : "s"}` : "";
+    const errors = [w.checkpoint_error, ...w.queries.filter((q) => q.error).map((q) => `${q.name}: ${q.error}`),
+                    rs.last_error && `last restart (${rs.same_in_a_row}× in a row): ${rs.last_error}`]
       .filter(Boolean);
     return el("tr", { "data-worker": w.worker_id, "data-state": w.state },
       el("td", {}, el("span", { class: "name", text: w.worker_id }),
-         el("span", { class: "sub", text: `index ${w.worker_index} · ${w.registrations} registration${w.registrations === 1 ? "" : "s"}` }),
+         el("span", { class: "sub", text: `index ${w.worker_index} · ${w.registrations} registration${w.registrations === 1 ? "" : "s"}${restarted}` }),
          ...errors.map((e) => el("span", { class: "error", text: e }))),
       el("td", { class: "state" }, pill(w.state)),
       el("td", { class: "num batch", text: w.batch_id < 0 ? "–" : number(w.batch_id) }),

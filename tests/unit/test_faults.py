@@ -1,0 +1,37 @@
+"""Failure points of the fault sentinels (sparkpoint.faults): they raise
+instead of killing, counting hits across the injectors Spark's Python
+processes build (one per batch), once or every time with ``:always``."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkpoint.faults import FaultInjector, InjectedFaultError
+
+
+def hits_until_failure(spec: str, directory, tries: int = 10) -> list[int]:
+    failed = []
+    for attempt in range(1, tries + 1):
+        try:
+            FaultInjector(spec, directory).fail("staging.commit", f"batch {attempt}")     # a fresh one each time
+        except InjectedFaultError as error:
+            assert str(error) == f"fault staging.commit fired at batch {attempt} (SP_TEST_FAULT, hit {attempt})"
+            failed.append(attempt)
+    return failed
+
+
+def test_a_failure_point_fires_once_at_the_nth_hit(tmp_path):
+    assert hits_until_failure("staging.commit:3", tmp_path) == [3]
+    assert (tmp_path / ".fault-staging.commit").exists()
+
+
+def test_always_fires_at_every_hit_from_the_nth(tmp_path):
+    assert hits_until_failure("staging.commit:2:always", tmp_path, tries=5) == [2, 3, 4, 5]
+
+
+def test_other_points_and_kill_points_do_not_raise(tmp_path):
+    FaultInjector("publish.files_placed", tmp_path).fail("staging.commit")
+    FaultInjector("", tmp_path).fail("staging.commit")
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(InjectedFaultError):
+        FaultInjector("staging.commit", tmp_path).fail("staging.commit")

@@ -159,7 +159,8 @@ up: images secrets
 	  echo "  status:      SP_API_TOKEN_FILE=$(SP_SECRETS_DIR)/api-token sparkpoint status --controller http://localhost:$$port"; \
 	  echo "               curl -H \"Authorization: Bearer \$$(cat $(SP_SECRETS_DIR)/api-token)\" localhost:$$port/status"; \
 	  echo "  metrics:     the same with localhost:$$port/metrics"; \
-	  echo "  status page, API docs: http://localhost:$$port/ and /docs, with that Authorization header"; \
+	  echo "  status page: http://localhost:$$port/#token=$$(cat $(SP_SECRETS_DIR)/api-token)"; \
+	  echo "  API docs:    http://localhost:$$port/docs, with that Authorization header"; \
 	  echo "  logs:        $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) logs -f worker-0"
 	@$(if $(MONITORING),echo "  Prometheus:  http://localhost:$$($(DC) port prometheus 9090 | sed 's/.*://')/")
 

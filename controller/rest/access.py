@@ -1,9 +1,11 @@
 """Who may call the REST API: a bearer token and trusted ``Host`` names.
 
 ``RequireToken`` is one ASGI middleware around the whole app, so every route
--- the API, the status page and its files, ``/metrics``, the OpenAPI document
-and ``/docs`` -- needs ``Authorization: Bearer <token>`` except ``OPEN``
-(``/health``, for container health checks). A missing or wrong token is 401
+-- the API, ``/metrics``, the OpenAPI document and ``/docs`` -- needs
+``Authorization: Bearer <token>`` except the open ones (``is_open``):
+``/health``, for container health checks, and the status page's shell (``/``
+and ``/static/*``: HTML, CSS and a script, no data; the script asks for the
+token and sends it with every request for data). A missing or wrong token is 401
 with ``WWW-Authenticate: Bearer`` and a short JSON error; the comparison is
 constant-time (``Secret.matches``). ``documented`` adds the security scheme
 and the 401 answers to the OpenAPI document.
@@ -24,7 +26,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkpoint.secrets import Secret
 
-OPEN = frozenset({"/health"})
+OPEN = frozenset({"/health", "/"})
+OPEN_PREFIX = "/static/"
 SCHEME = "bearerAuth"
 UNAUTHORIZED = {"description": "Missing or wrong bearer token",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
@@ -39,6 +42,11 @@ class Access:
     allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1")
 
 
+def is_open(path: str) -> bool:
+    """Paths anyone may fetch: they answer nothing about the pipeline."""
+    return path in OPEN or path.startswith(OPEN_PREFIX)
+
+
 def _bearer(headers: Headers) -> str | None:
     scheme, _, credentials = headers.get("authorization", "").partition(" ")
     return credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else None
@@ -50,7 +58,7 @@ class RequireToken:
         self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN:
+        if scope["type"] != "http" or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
         given = _bearer(Headers(scope=scope))
@@ -64,14 +72,14 @@ class RequireToken:
 
 
 def documented(schema: dict[str, Any]) -> None:
-    """The bearer scheme, required by every operation but ``OPEN``'s, each of
-    which lists its 401."""
+    """The bearer scheme, required by every operation but the open ones, each
+    of which lists its 401."""
     schema.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
         "type": "http", "scheme": "bearer", "description": "SP_API_TOKEN_FILE's token"}
     schema["security"] = [{SCHEME: []}]
     for path, operations in schema["paths"].items():
         for operation in operations.values():
-            if path in OPEN:
+            if is_open(path):
                 operation["security"] = []
             else:
                 operation["responses"].setdefault("401", UNAUTHORIZED)

@@ -34,7 +34,7 @@ from sparkpoint.messages import (
     WorkerState,
 )
 from sparkpoint.secrets import Secret
-from tests.support import bearer, get_json, post_json, wait_until
+from tests.support import get_json, post_json, wait_until
 from worker.control.client import ControllerClient, WorkerIdentity
 
 pytestmark = pytest.mark.integration
@@ -138,12 +138,15 @@ def text(browser, selector: str) -> str:
 
 def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, browser):
     base, grpc_address, token, grpc_token = controller
-    # The page, its files and every request its script makes carry the token
-    # (a browser extension or a proxy does this for a person).
-    browser.execute_cdp_cmd("Network.enable", {})
-    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": bearer(token)})
-    browser.get(base + "/")
     wait = WebDriverWait(browser, 30)
+    # Without the token the page loads (it holds no data) and says what it needs.
+    browser.get(base + "/")
+    wait.until(lambda b: "needs its API token" in text(b, "#offline"))
+    assert text(browser, "#pipeline-state") == "connecting…"
+    # Opened as `make up` prints it: the token in the address, which the page
+    # keeps for the tab and removes from the address bar.
+    browser.get(f"{base}/#token={token}")
+    wait.until(lambda b: b.current_url == base + "/")
     # Before any worker: the page says so.
     wait.until(lambda b: text(b, "#workers tbody") == "No worker has registered yet.")
     assert text(browser, "#pipeline-state") == "starting" and text(browser, "#fact-workers") == "0 / 2"

@@ -43,9 +43,12 @@ def anonymous(service):
         yield client
 
 
+PAGE_SHELL = {"/", "/static/page.js"}     # the status page's HTML, CSS and script: no data
+
+
 def routes_but_health(service) -> list[tuple[str, str]]:
-    found = [r for r in every_route(app_for(service)) if r[1] != "/health"]
-    assert len(found) >= 20 and ("GET", "/openapi.json") in found and ("GET", "/metrics") in found
+    found = [r for r in every_route(app_for(service)) if r[1] != "/health" and r[1] not in PAGE_SHELL]
+    assert len(found) >= 18 and ("GET", "/openapi.json") in found and ("GET", "/metrics") in found
     return found + [("GET", "/no-such-route")]
 
 
@@ -72,6 +75,19 @@ def test_every_route_but_health_is_401_without_the_right_token(service, pipeline
 
 def test_health_is_open(anonymous):
     assert anonymous.get("/health").json() == {"status": "ok", "problems": []}
+
+
+def test_the_status_pages_shell_is_open_and_its_data_is_not(anonymous):
+    """The page loads without the token; every request its script makes for
+    data needs it (the script sends what /#token= gave it)."""
+    for path in ("/", "/static/page.js", "/static/page.css", "/static/favicon.svg"):
+        assert anonymous.get(path).status_code == 200, path
+    script = anonymous.get("/static/page.js").text
+    for data in ("/status", "/pipeline", "/savepoints", "/history"):
+        assert f'"{data}' in script or f"`{data}" in script, data
+        assert anonymous.get(data).status_code == 401, data
+    assert "Authorization: `Bearer ${token}`" in script
+    assert anonymous.get("/static/../status").status_code in (401, 404)
 
 
 def test_with_the_token_every_route_answers_something_else_than_401(service, pipeline):
@@ -112,7 +128,7 @@ def test_openapi_documents_the_bearer_scheme_and_each_401(service):
     assert document["security"] == [{"bearerAuth": []}]
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
-            if path == "/health":
+            if path in ("/health", "/", "/static/{name}"):
                 assert operation["security"] == [] and "401" not in operation["responses"]
             else:
                 assert "401" in operation["responses"], (method, path)

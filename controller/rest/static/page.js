@@ -59,8 +59,30 @@ function workerColor(workerId, workers) {
   return COLORS[(index < 0 ? 0 : index) % COLORS.length];
 }
 
+// -- the API token -----------------------------------------------------------------------
+// The page itself is open; its data needs the REST token (SP_API_TOKEN_FILE). It comes
+// once in the address, /#token=<token> (what `make up` prints), is kept for this tab
+// only, and leaves the address bar (and the browser's history) at once.
+const TOKEN_KEY = "sparkpoint-api-token";
+
+function takeTokenFromAddress() {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (given) {
+    sessionStorage.setItem(TOKEN_KEY, given);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+}
+
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+class Unauthorized extends Error {}
+
 async function getJson(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+  const response = await fetch(path, { headers: { Accept: "application/json", ...authHeaders() }, cache: "no-store" });
+  if (response.status === 401) throw new Unauthorized(path);
   if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
   return response.json();
 }
@@ -300,11 +322,16 @@ async function refresh() {
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB", { hour12: false })}`;
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   } catch (error) {
-    banner.textContent = `Cannot reach the controller (${error.message}); retrying every ${REFRESH_MS / 1000} s.`;
+    banner.textContent = error instanceof Unauthorized
+      ? "The controller needs its API token: open this page as /#token=<the token in SP_API_TOKEN_FILE> " +
+        "(make up prints the address)."
+      : `Cannot reach the controller (${error.message}); retrying every ${REFRESH_MS / 1000} s.`;
     banner.hidden = false;
   } finally {
     setTimeout(refresh, REFRESH_MS);
   }
 }
 
+takeTokenFromAddress();
+window.addEventListener("hashchange", takeTokenFromAddress);   // a token pasted into an open tab
 refresh();

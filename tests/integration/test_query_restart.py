@@ -31,8 +31,18 @@ def test_a_failed_query_restarts_in_the_living_worker_and_output_stays_exactly_o
     failed_at = sentinel.stat().st_mtime
 
     # The same process registers again, restores and commits a batch with rows.
-    restarted = wait_until(lambda: (w := worker_status(stack)) and new_run_processed(w, {"registrations": 1}) and w,
-                           timeout_s=120, what="the restarted run's first batch with rows", interval_s=0.1)
+    seen: list[dict] = []
+
+    def first_new_batch() -> dict | None:
+        worker = worker_status(stack)
+        seen.append(worker)
+        return worker if new_run_processed(worker, {"registrations": 1}) else None
+
+    try:
+        restarted = wait_until(first_new_batch, timeout_s=120, what="the restarted run's first batch with rows",
+                               interval_s=0.1)
+    finally:
+        print("last status seen:", seen[-1] if seen else None)
     seconds = time.time() - failed_at
     print(f"query failure -> first new batch with rows, in the living worker: {seconds:.1f} s (target {TARGET_S} s)")
     assert not process_exited(worker), "the worker exited instead of restarting its queries"

@@ -213,3 +213,30 @@ def test_progress_event_round_trips_through_json():
     tracker = ProgressTracker()
     tracker.on_progress(json.loads(json.dumps(progress(0, 3, end_offset='{"0": 30}'))))
     assert tracker.snapshot()[0].offsets == {"0": 30}
+
+
+# --- SparkProgressListener ------------------------------------------------------------
+
+def test_the_listener_ignores_a_restarted_runs_late_events():
+    """A restart in the same Spark session: the earlier run's queries have the
+    same names and ids (from the checkpoint); only their run ids differ."""
+    from types import SimpleNamespace
+
+    from worker.runtime.progress import SparkProgressListener
+
+    tracker = ProgressTracker()
+    tracker.restored("out", 7, {"0": 100})
+    listener = SparkProgressListener(tracker)
+    listener.onQueryStarted(SimpleNamespace(name="out", id="q1", runId="run-2"))
+
+    def progress(run_id: str, batch_id: int) -> SimpleNamespace:
+        body = {"name": "out", "id": "q1", "runId": run_id, "batchId": batch_id, "numInputRows": 5, "sources": []}
+        return SimpleNamespace(progress=SimpleNamespace(runId=run_id, json=json.dumps(body)))
+
+    listener.onQueryProgress(progress("run-1", 9))             # the earlier run's, late
+    listener.onQueryTerminated(SimpleNamespace(id="q1", runId="run-1", exception="ValueError: boom"))
+    assert tracker.snapshot() == [QueryProgress("out", 7, {"0": 100})]
+    listener.onQueryProgress(progress("run-2", 8))
+    assert [(q.batch_id, q.rows_processed, q.error) for q in tracker.snapshot()] == [(8, 5, "")]
+    listener.onQueryTerminated(SimpleNamespace(id="q1", runId="run-2", exception="ValueError: boom"))
+    assert tracker.snapshot()[0].error == "ValueError: boom"

@@ -93,20 +93,27 @@ class ProgressTracker:
 
 class SparkProgressListener(StreamingQueryListener):
     """Forwards Spark's query events to a tracker (runs on Spark's listener
-    thread); ``on_batch`` is called after each (the publisher's wake-up)."""
+    thread); ``on_batch`` is called after each (the publisher's wake-up).
+
+    Only the query runs it saw start count: an earlier run in the same
+    Spark session (a restart) may still deliver events late, under the same
+    query names and ids (restored from the checkpoint); each start has a
+    run id of its own."""
 
     def __init__(self, tracker: ProgressTracker, on_batch: Callable[[], None] = lambda: None) -> None:
         self.tracker = tracker
         self.on_batch = on_batch
-        # Spark names a terminated query only by its id: remembered from its start.
-        self._names_by_id: dict[str, str] = {}
+        # Spark names a terminated query only by its ids: remembered from its start.
+        self._names_by_run: dict[str, str] = {}
 
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's names
         if event.name:
-            self._names_by_id[str(event.id)] = event.name
+            self._names_by_run[str(event.runId)] = event.name
             self.tracker.started(event.name)
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
+        if str(event.progress.runId) not in self._names_by_run:
+            return
         self.tracker.on_progress(json.loads(event.progress.json))
         self.on_batch()
 
@@ -114,5 +121,6 @@ class SparkProgressListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
-        name = self._names_by_id.get(str(event.id), str(event.id))
-        self.tracker.on_terminated(name, event.exception)
+        name = self._names_by_run.get(str(event.runId))
+        if name is not None:
+            self.tracker.on_terminated(name, event.exception)

@@ -69,7 +69,7 @@ function takeTokenFromAddress() {
   const given = new URLSearchParams(location.hash.slice(1)).get("token");
   if (given) {
     sessionStorage.setItem(TOKEN_KEY, given);
-    history.replaceState(null, "", location.pathname + location.search);
+    window.history.replaceState(null, "", location.pathname + location.search);  // (plain `history` is the charts')
   }
 }
 

@@ -37,7 +37,7 @@ def add_checkpoints_command(app: typer.Typer, settings: CliSettings) -> None:
                                                                   help="the worker's id, e.g. worker-0")],
                             controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
         """A worker's durable checkpoints, oldest first: ids, batches, sizes, age, pins."""
-        listing = connect(controller, settings.controller_url, settings.api_token_file).get(f"/workers/{quoted(worker)}/checkpoints")
+        listing = connect(controller, settings).get(f"/workers/{quoted(worker)}/checkpoints")
         if output is Output.JSON:
             print_json(listing)
         else:

@@ -9,12 +9,15 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sparkpoint.secrets import Secret
 from sparkpoint_cli.errors import CommandError, Refused
+
+if TYPE_CHECKING:
+    from sparkpoint_cli.settings import CliSettings
 
 DEFAULT_URL = "http://localhost:8080"
 
@@ -35,12 +38,13 @@ def checked_url(url: str, source: str) -> str:
     return url.rstrip("/")
 
 
-def connect(option: str | None, configured: str, token: Secret | None) -> ControllerApi:
-    """The controller at ``--controller`` if given, else at ``SP_CONTROLLER_URL``
-    (``configured``); ``token``: ``SP_API_TOKEN_FILE``'s, if set."""
+def connect(option: str | None, settings: CliSettings) -> ControllerApi:
+    """The controller at ``--controller`` if given, else at ``SP_CONTROLLER_URL``;
+    with ``SP_API_TOKEN_FILE``'s token, if set."""
+    token = settings.api_token_file
     if option is not None:
         return ControllerApi(checked_url(option, "--controller"), token=token)
-    return ControllerApi(checked_url(configured, "SP_CONTROLLER_URL"), token=token)
+    return ControllerApi(checked_url(settings.controller_url, "SP_CONTROLLER_URL"), token=token)
 
 
 def quoted(segment: str) -> str:

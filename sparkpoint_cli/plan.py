@@ -173,7 +173,7 @@ def add_plan_command(app: typer.Typer, settings: CliSettings, derive: Derive) ->
         if savepoint is not None:
             if checkpoint is not None:
                 raise CommandError("--checkpoint: a savepoint names its checkpoints itself")
-            view = connect(controller, settings.controller_url, settings.api_token_file).get(f"/savepoints/{savepoint}")
+            view = connect(controller, settings).get(f"/savepoints/{savepoint}")
             manifest = savepoint_manifest(view, worker, settings.savepoint_dir, checkpoint_dir)
         else:
             manifest = load_manifest(Path(source), checkpoint)

@@ -166,12 +166,12 @@ def savepoint_app(settings: CliSettings, waiting: Waiting) -> typer.Typer:
                        timeout: Timeout = 600.0, controller: ControllerOption = None,
                        output: OutputOption = Output.TEXT) -> int:
         """Take a savepoint now: every worker checkpoints; shows progress until it is complete."""
-        return create(connect(controller, settings.controller_url, settings.api_token_file), label, no_wait, timeout, output, waiting)
+        return create(connect(controller, settings), label, no_wait, timeout, output, waiting)
 
     @app.command("list")
     def list_command(controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
         """Every savepoint, oldest first."""
-        views = connect(controller, settings.controller_url, settings.api_token_file).get("/savepoints")
+        views = connect(controller, settings).get("/savepoints")
         show(output, views, list_view(views))
         return DONE
 
@@ -179,7 +179,7 @@ def savepoint_app(settings: CliSettings, waiting: Waiting) -> typer.Typer:
     def show_command(savepoint: SavepointId, controller: ControllerOption = None,
                      output: OutputOption = Output.TEXT) -> int:
         """One savepoint, its checkpoints and exports."""
-        view = connect(controller, settings.controller_url, settings.api_token_file).get(f"/savepoints/{savepoint}")
+        view = connect(controller, settings).get(f"/savepoints/{savepoint}")
         show(output, view, savepoint_view(view))
         return DONE
 
@@ -190,8 +190,8 @@ def savepoint_app(settings: CliSettings, waiting: Waiting) -> typer.Typer:
                                                       "published past the savepoint")] = False,
                         controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
         """Restart every worker from a savepoint."""
-        view = connect(controller, settings.controller_url, settings.api_token_file).post(f"/savepoints/{savepoint}/restore",
-                                                                 {"allow_republish": allow_republish})
+        view = connect(controller, settings).post(f"/savepoints/{savepoint}/restore",
+                                                  {"allow_republish": allow_republish})
         show(output, view, restore_view(view))
         return DONE
 
@@ -199,7 +199,7 @@ def savepoint_app(settings: CliSettings, waiting: Waiting) -> typer.Typer:
     def dispose_command(savepoint: SavepointId, controller: ControllerOption = None,
                         output: OutputOption = Output.TEXT) -> int:
         """Forget a savepoint; retention may delete its files."""
-        view = connect(controller, settings.controller_url, settings.api_token_file).delete(f"/savepoints/{savepoint}")
+        view = connect(controller, settings).delete(f"/savepoints/{savepoint}")
         show(output, view, f"Disposed {view['id']} ({view['label'] or 'no label'}): retention may now delete the "
                            "checkpoints it pinned.")
         return DONE
@@ -213,7 +213,7 @@ def savepoint_app(settings: CliSettings, waiting: Waiting) -> typer.Typer:
                        timeout: Timeout = 600.0, controller: ControllerOption = None,
                        output: OutputOption = Output.TEXT) -> int:
         """Copy a savepoint into a self-contained directory; shows progress until it is written."""
-        return export(connect(controller, settings.controller_url, settings.api_token_file), savepoint, path, no_wait, timeout, output,
+        return export(connect(controller, settings), savepoint, path, no_wait, timeout, output,
                       waiting)
 
     @app.command("import")
@@ -224,7 +224,7 @@ def savepoint_app(settings: CliSettings, waiting: Waiting) -> typer.Typer:
                        controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
         """Record an exported savepoint as a new one."""
         body = {"path": path} if label is None else {"path": path, "label": label}
-        imported = connect(controller, settings.controller_url, settings.api_token_file).post("/savepoints/import", body)
+        imported = connect(controller, settings).post("/savepoints/import", body)
         show(output, imported, Group(Text(f"Imported {imported['imported_from']} as {imported['id']}."), "",
                                      savepoint_view(imported)))
         return DONE

@@ -110,7 +110,7 @@ def add_status_command(app: typer.Typer, settings: CliSettings, waiting: Waiting
             = 2.0,
             controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
         """The pipeline, its workers and their sinks."""
-        api = connect(controller, settings.controller_url, settings.api_token_file)
+        api = connect(controller, settings)
         if watching:
             return watch(api, output, Waiting(waiting.sleep, waiting.clock, interval))
         status = api.get("/status")

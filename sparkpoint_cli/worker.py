@@ -31,7 +31,7 @@ def worker_app(settings: CliSettings) -> typer.Typer:
                                                               help="the worker's id (SP_WORKER_ID)")],
                         controller: ControllerOption = None, output: OutputOption = Output.TEXT) -> int:
         """Forget a worker that is gone for good: its index is free for another worker id."""
-        released = connect(controller, settings.controller_url, settings.api_token_file).post(f"/workers/{quoted(worker)}/release", {})
+        released = connect(controller, settings).post(f"/workers/{quoted(worker)}/release", {})
         show(output, released, f"Released {released['worker_id']}: worker index {released['worker_index']} is free "
                                f"for another worker id (its last checkpoint was "
                                f"{released['last_checkpoint_id'] or 'none'}).")

@@ -71,13 +71,14 @@ def test_a_full_controller_disk_refuses_savepoints_with_503_and_no_id_is_given_t
     stack.start_controller(SP_CONTROLLER_STATE_DIR=str(state))
     token = stack.config.api_token
     wait_until(lambda: get_json(f"{base}/health").get("status") == "ok", timeout_s=60, what="the controller")
-    for index in (0, 1):
-        client = ControllerClient(f"localhost:{stack.config.grpc_port}",
-                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5,
-                                  token=stack.config.grpc_token)
+    # Two worker processes that live through the controller's restart below.
+    clients = [ControllerClient(f"localhost:{stack.config.grpc_port}",
+                                WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5,
+                                token=stack.config.grpc_token)
+               for index in (0, 1)]
+    for client in clients:
         client.register_once()
         client.commit_checkpoint(CheckpointInfo(1))
-        client.close()
 
     filler = fill(state)
     status, body = post(f"{base}/savepoints", {"label": "on a full disk"}, token)
@@ -100,10 +101,7 @@ def test_a_full_controller_disk_refuses_savepoints_with_503_and_no_id_is_given_t
     listed = wait_until(lambda: isinstance(s := get_json(f"{base}/savepoints", token), list) and s, timeout_s=60,
                         what="the restarted controller's savepoints")
     assert [s["id"] for s in listed] == ["sp-000002"]
-    for index in (0, 1):
-        client = ControllerClient(f"localhost:{stack.config.grpc_port}",
-                                  WorkerIdentity(f"worker-{index}", index, 2, "fp", ("trades",)), timeout_s=5,
-                                  token=stack.config.grpc_token)
+    for client in clients:   # the same processes re-register with their sessions: no takeover wait
         client.register_once()
         client.close()
     status, body = post(f"{base}/savepoints", {"label": "after the restart"}, token)

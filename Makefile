@@ -41,6 +41,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	docker/pyspark-imports.sh $(PY)
 	touch $@
 
 deps: java postgres-server chromium $(STAMP)
@@ -141,7 +142,7 @@ images: proto base-images wheelhouse $(if $(MONITORING),monitoring-images)
 	@docker/build-image.sh controller Dockerfile.controller . "$$(cat build/base-python.ref)" \
 	  $(IMAGE_INPUTS) docker/healthcheck-http.py docker/healthcheck-producer.py >/dev/null
 	@docker/build-image.sh worker Dockerfile.worker . "$$(cat build/base-java.ref)" \
-	  $(IMAGE_INPUTS) pipelines >/dev/null
+	  $(IMAGE_INPUTS) pipelines docker/pyspark-imports.sh >/dev/null
 	@docker/build-image.sh postgres docker/postgres/Dockerfile docker/postgres "$$(cat build/base-postgres.ref)" \
 	  docker/postgres >/dev/null
 	@docker images --filter 'reference=sparkpoint-*:latest'

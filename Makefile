@@ -55,7 +55,7 @@ proto: $(PROTO_OUT)
 # The whole suite: unit, integration (local processes, PostgreSQL) and chaos
 # (the compose stack, its images built once per run, cached).
 test: deps proto
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=30 $(PYTEST_ARGS)
 
 # Subsets: fast unit tests; local processes; containers only.
 unit: deps proto

@@ -5,6 +5,7 @@ Each project has its own secrets (as `make up` generates them) under
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -14,24 +15,29 @@ from pathlib import Path
 
 import docker
 from sparkpoint.secrets import ensure_compose_secrets
-from tests.support import get_json
+from tests.support import expected_vwap, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 
 # Runs inside a container of the project's own image, on the stack's volumes
-# and network: the whole input (log), what the files sinks published, and the
-# PostgreSQL tables (absent until a first publish creates them).
+# and network, and prints a summary (the input is millions of events): the
+# input (log) against what the files sink published and what the PostgreSQL
+# table holds (absent until a first publish creates it) — ids missing,
+# duplicated or never produced — the aggregates computed in one batch over
+# the whole input (``expected_vwap``, sent along) and PostgreSQL's vwap table.
 _READ_RESULTS = """
-import json, pathlib, psycopg
+import collections, json, pathlib, psycopg
 from worker.publishing.targets.files import read_published
+%(expected_vwap)s
 events = []
 for path in sorted(pathlib.Path('/log/trades').glob('p-*.jsonl')):
     data = path.read_bytes()
     data = data[: data.rfind(b'\\n') + 1]
     events += [json.loads(line) for line in data.splitlines()]
+produced = {e['id'] for e in events}
 enriched = read_published(pathlib.Path('/out/trades_enriched'))
 pg = {'ids': [], 'vwap': []}
-with psycopg.connect(%r, connect_timeout=5) as conn:
+with psycopg.connect(%(dsn)r, connect_timeout=5) as conn:
     for table, query in (('ids', 'SELECT id FROM trades_enriched'),
                          ('vwap', 'SELECT sym, notional, volume, trades FROM vwap')):
         try:
@@ -41,10 +47,20 @@ with psycopg.connect(%r, connect_timeout=5) as conn:
                 pg[table] = [dict(zip(names, row)) for row in cursor]
         except psycopg.errors.UndefinedTable:
             pass
+
+def compared(published):
+    counts = collections.Counter(published)
+    missing = produced - counts.keys()
+    return {'missing': len(missing), 'missing_sample': sorted(missing)[:10],
+            'duplicated': sorted(i for i, n in counts.items() if n > 1)[:20],
+            'unknown': sorted(counts.keys() - produced)[:20]}
+
 print(json.dumps({
-    'events': events,
-    'ids': enriched.column('id').to_pylist() if enriched is not None else [],
-    'pg_ids': [row['id'] for row in pg['ids']],
+    'events': len(events),
+    'distinct_events': len(produced),
+    'files': compared(enriched.column('id').to_pylist() if enriched is not None else []),
+    'pg': compared([row['id'] for row in pg['ids']]),
+    'expected_vwap': expected_vwap(events),
     'pg_vwap': pg['vwap'],
 }))
 """
@@ -102,12 +118,15 @@ class ComposeStack:
         return next((w for w in self.status().get("workers", []) if w["worker_index"] == index), None)
 
     def results(self) -> dict:
-        """Input and outputs; raises while PostgreSQL is unreachable."""
+        """The input against the outputs (``_READ_RESULTS``); raises while
+        PostgreSQL is unreachable."""
         dsn = (f"host=postgres dbname={self.env.get('POSTGRES_DB', 'sparkpoint')} "
                f"user={self.env.get('POSTGRES_USER', 'sparkpoint')} "
                f"password={(self.secrets / 'postgres-password').read_text().strip()}")
         output = self.client.containers.run(
-            "sparkpoint-controller:latest", ["python", "-c", _READ_RESULTS % dsn], remove=True,
+            "sparkpoint-controller:latest",
+            ["python", "-c", _READ_RESULTS % {"dsn": dsn, "expected_vwap": inspect.getsource(expected_vwap)}],
+            remove=True,
             network=f"{self.project}_data",
             volumes={f"{self.project}_eventlog": {"bind": "/log", "mode": "ro"},
                      f"{self.project}_output": {"bind": "/out", "mode": "ro"}})

@@ -17,13 +17,11 @@ made deterministic in ``tests/integration/test_postgres_commit.py``.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
 from tests.chaos.compose import ComposeStack
 from tests.chaos.schedule import drawn, outages, worker_crashes
-from tests.support import expected_vwap, wait_until
+from tests.support import wait_until
 
 pytestmark = pytest.mark.chaos
 
@@ -78,29 +76,28 @@ def exact_aggregates(rows: list[dict], expected: dict, where: str) -> bool:
     return True
 
 
-def duplicated(ids: list[int]) -> list[int]:
-    return sorted(i for i, n in Counter(ids).items() if n > 1)
-
-
 def drained_and_exact(stack: ComposeStack) -> None:
     """Stop the producer and wait until all it wrote is published; then every
     event id is in the files output and in the PostgreSQL table exactly once,
     and the upsert table equals a batch computation over the whole log."""
     stack.compose("stop", "-t", "10", "producer")
+    last: dict = {}
 
     def caught_up() -> dict | None:
-        results = stack.results()
-        produced = {e["id"] for e in results["events"]}
-        return results if set(results["ids"]) >= produced and set(results["pg_ids"]) >= produced else None
-    results = wait_until(caught_up, timeout_s=600, what="every produced event in both sinks", interval_s=5)
-    events = results["events"]
-    assert len({e["id"] for e in events}) == len(events) > 0
-    assert duplicated(results["ids"]) == [], "event ids published twice to the files sink"
-    assert duplicated(results["pg_ids"]) == [], "event ids published twice to PostgreSQL"
-    expected = expected_vwap(events)
+        last.update(results := stack.results())
+        return results if results["files"]["missing"] == 0 and results["pg"]["missing"] == 0 else None
+    try:
+        results = wait_until(caught_up, timeout_s=600, what="every produced event in both sinks", interval_s=5)
+    except AssertionError as timeout:
+        raise AssertionError(f"{timeout}; last seen: files {last.get('files')}, PostgreSQL {last.get('pg')}") from None
+    assert results["events"] == results["distinct_events"] > 0, "the producer wrote an id twice"
+    for sink, where in (("files", "the files sink"), ("pg", "PostgreSQL")):
+        assert results[sink]["duplicated"] == [], f"event ids published twice to {where}"
+        assert results[sink]["unknown"] == [], f"ids never produced published to {where}"
+    expected = results["expected_vwap"]
     wait_until(lambda: (r := stack.results()) and exact_aggregates(r["pg_vwap"], expected, "PostgreSQL vwap"),
                timeout_s=120, what="the aggregates to cover every event", interval_s=3)
-    print(f"{len(events)} events: each exactly once in files and PostgreSQL; aggregates exact")
+    print(f"{results['events']} events: each exactly once in files and PostgreSQL; aggregates exact")
 
 
 def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack):

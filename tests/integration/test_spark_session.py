@@ -11,7 +11,8 @@ import pytest
 from sparkpoint.devstack import free_port
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
-from tests.support import get_json
+from tests.support import get_json, wait_until
+from worker.runtime.progress import ProgressTracker, SparkProgressListener
 from worker.runtime.queries import start_queries
 from worker.runtime.session import start_session
 from worker.settings import WorkerSettings
@@ -24,6 +25,11 @@ def shared_environment_keys(spark, source: str) -> set[str]:
     """The keys of the environment map of ``source``'s registered Python function."""
     registered = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource(source)
     return set(registered.dataSourceCls().envVars().keySet().toArray())
+
+
+def all_ended(tracker: ProgressTracker, count: int) -> list | None:
+    queries = tracker.snapshot()
+    return queries if len(queries) == count and not any(q.active for q in queries) else None
 
 
 def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path):
@@ -39,6 +45,9 @@ def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path)
         trades | sp.aggregate("sym", {"n": "count(1)"}, name="counts") | sp.write.to_files("b", name="b_out"))
     spark = start_session(settings)
     assert spark.sparkContext.uiWebUrl is None                  # Spark's UI is off by default
+    tracker = ProgressTracker()
+    listener = SparkProgressListener(tracker)
+    listener.register(spark)
     try:
         before = shared_environment_keys(spark, LOG_FORMAT)
         staging = {name: tmp_path / "staging" / name for name in ("a_out", "b_out")}
@@ -50,8 +59,15 @@ def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path)
             assert query.exception() is None and not query.isActive
         assert all(query.lastProgress is not None for query in queries)
         after = shared_environment_keys(spark, LOG_FORMAT)
+        # The listener saw both queries start, read every event and end (its
+        # events arrive on Spark's listener thread, after the queries ended).
+        ended = wait_until(lambda: all_ended(tracker, 2), timeout_s=60,
+                           what="both queries ended, as the listener saw them")
+        listener.unregister(spark)
     finally:
         spark.stop()
+    assert [(q.name, q.rows_processed, q.error) for q in ended] == [("a_out", 500, ""), ("b_out", 500, "")]
+    assert all(sum(q.offsets.values()) > 0 for q in ended)
     assert after == before
     assert {"SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE",
             "SPARK_PYTHON_RUNTIME"} <= before

@@ -9,7 +9,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from sparkpoint.eventlog import EventLog
 from tests.unit.read_counter import bytes_read
-from worker.sources.log_source import EventLogStreamReader
+from worker.sources.log_source import SPLIT_BYTES, EventLogStreamReader
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("sym", StringType())])
 RECORD = b'{"id":1,"sym":"AAPL","price":101.25,"size":10,"time":"2026-01-01T00:00:00.000000Z"}\n'
@@ -61,3 +61,30 @@ def test_a_trigger_reads_only_what_was_appended_and_its_capped_batch(tmp_path):
     assert offsets["1"] == latest["1"]
     assert offsets["0"] - latest["0"] == sum(len(f'{{"id":{i},"sym":"AAPL"}}\n') for i in range(5))
     assert source.latestOffset(latest, ReadAllAvailable())["0"] == log.path(0).stat().st_size
+
+
+def read_ids(source: EventLogStreamReader, partition) -> list[int]:
+    return [i for batch in source.read(partition) for i in batch.column("id").to_pylist()]
+
+
+def test_a_small_batch_is_one_task_and_a_large_one_a_task_per_partition(tmp_path):
+    """Each task costs Spark a fixed price: a live stream's small batches are
+    read by one; a batch of ``SPLIT_BYTES`` or more by one per partition."""
+    log = EventLog.create(tmp_path / "trades", 2)
+    source = reader(log, cap=0)
+    start = source.reportLatestOffset()
+    log.append(0, [{"id": i, "sym": "AAPL"} for i in range(3)])
+    log.append(1, [{"id": i, "sym": "MSFT"} for i in range(3, 5)])
+    small = source.partitions(start, source.latestOffset(start, ReadAllAvailable()))
+    assert len(small) == 1
+    assert sorted(read_ids(source, small[0])) == [0, 1, 2, 3, 4]
+
+    start = source.reportLatestOffset()
+    per_partition = SPLIT_BYTES // len(RECORD) + 1
+    for partition in range(2):
+        with open(log.path(partition), "ab") as f:
+            f.write(RECORD * per_partition)
+    large = source.partitions(start, source.latestOffset(start, ReadAllAvailable()))
+    assert len(large) == 2
+    assert [len(read_ids(source, part)) for part in large] == [per_partition, per_partition]
+    assert source.partitions(start, start) == []

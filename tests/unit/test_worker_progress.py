@@ -220,23 +220,21 @@ def test_progress_event_round_trips_through_json():
 def test_the_listener_ignores_a_restarted_runs_late_events():
     """A restart in the same Spark session: the earlier run's queries have the
     same names and ids (from the checkpoint); only their run ids differ."""
-    from types import SimpleNamespace
-
     from worker.runtime.progress import SparkProgressListener
 
     tracker = ProgressTracker()
     tracker.restored("out", 7, {"0": 100})
     listener = SparkProgressListener(tracker)
-    listener.onQueryStarted(SimpleNamespace(name="out", id="q1", runId="run-2"))
+    listener.started("run-2", "out")
 
-    def progress(run_id: str, batch_id: int) -> SimpleNamespace:
-        body = {"name": "out", "id": "q1", "runId": run_id, "batchId": batch_id, "numInputRows": 5, "sources": []}
-        return SimpleNamespace(progress=SimpleNamespace(runId=run_id, json=json.dumps(body)))
+    def progress(run_id: str, batch_id: int) -> str:
+        return json.dumps({"name": "out", "id": "q1", "runId": run_id, "batchId": batch_id, "numInputRows": 5,
+                           "sources": []})
 
-    listener.onQueryProgress(progress("run-1", 9))             # the earlier run's, late
-    listener.onQueryTerminated(SimpleNamespace(id="q1", runId="run-1", exception="ValueError: boom"))
+    listener.progressed(progress("run-1", 9))             # the earlier run's, late
+    listener.terminated("run-1", "ValueError: boom")
     assert tracker.snapshot() == [QueryProgress("out", 7, {"0": 100})]
-    listener.onQueryProgress(progress("run-2", 8))
+    listener.progressed(progress("run-2", 8))
     assert [(q.batch_id, q.rows_processed, q.error) for q in tracker.snapshot()] == [(8, 5, "")]
-    listener.onQueryTerminated(SimpleNamespace(id="q1", runId="run-2", exception="ValueError: boom"))
+    listener.terminated("run-2", "ValueError: boom")
     assert tracker.snapshot()[0].error == "ValueError: boom"

@@ -238,7 +238,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         for query in resumed.queries if resumed else ():
             live.tracker.restored(query.name, query.batch_id, query.offsets, finished=query.name in live.finished)
         listener = SparkProgressListener(live.tracker, on_batch=publisher.wake)
-        spark.streams.addListener(listener)
+        listener.register(spark)
         live.queries = start_queries(spark, pipeline, settings, query_root,
                                      {p.name: p.staging.run_dir for p in publisher.publications}, live.finished)
         session.restarts.run_started()
@@ -265,6 +265,6 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         return after_failure(session, live) if end is RunEnd.QUERY_FAILED else RunOutcome(end)
     finally:
         if listener is not None:
-            spark.streams.removeListener(listener)
+            listener.unregister(spark)
         publisher.stop()
         reporter.stop()

@@ -11,10 +11,13 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from pyspark.sql.streaming import StreamingQueryListener
 
 from sparkpoint.messages import QueryProgress
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception)[\w.]*): .+")
 
@@ -91,9 +94,10 @@ class ProgressTracker:
             return sorted(self._queries.values(), key=lambda q: q.name)
 
 
-class SparkProgressListener(StreamingQueryListener):
-    """Forwards Spark's query events to a tracker (runs on Spark's listener
-    thread); ``on_batch`` is called after each (the publisher's wake-up).
+class SparkProgressListener:
+    """Forwards Spark's query events to a tracker (on Spark's listener
+    thread); ``on_batch`` is called after each batch (the publisher's wake-up).
+    ``register`` subscribes it to a session's queries, ``unregister`` ends that.
 
     Only the query runs it saw start count: an earlier run in the same
     Spark session (a restart) may still deliver events late, under the same
@@ -105,22 +109,63 @@ class SparkProgressListener(StreamingQueryListener):
         self.on_batch = on_batch
         # Spark names a terminated query only by its ids: remembered from its start.
         self._names_by_run: dict[str, str] = {}
+        self._registered = None     # the Java listener, while registered
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's names
-        if event.name:
-            self._names_by_run[str(event.runId)] = event.name
-            self.tracker.started(event.name)
+    def register(self, spark: SparkSession) -> None:
+        from pyspark.java_gateway import ensure_callback_server_started
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
-        if str(event.progress.runId) not in self._names_by_run:
+        gateway = spark.sparkContext._gateway
+        ensure_callback_server_started(gateway)
+        wrapper = gateway.jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
+        self._registered = wrapper(_EventBridge(self))
+        spark._jsparkSession.streams().addListener(self._registered)
+
+    def unregister(self, spark: SparkSession) -> None:
+        if self._registered is not None:
+            spark._jsparkSession.streams().removeListener(self._registered)
+            self._registered = None
+
+    def started(self, run_id: str, name: str | None) -> None:
+        if name:
+            self._names_by_run[run_id] = name
+            self.tracker.started(name)
+
+    def progressed(self, progress_json: str) -> None:
+        """``progress_json``: ``StreamingQueryProgress.json``."""
+        progress = json.loads(progress_json)
+        if str(progress.get("runId")) not in self._names_by_run:
             return
-        self.tracker.on_progress(json.loads(event.progress.json))
+        self.tracker.on_progress(progress)
         self.on_batch()
 
-    def onQueryIdle(self, event) -> None:  # noqa: N802
+    def terminated(self, run_id: str, exception: str | None) -> None:
+        name = self._names_by_run.get(run_id)
+        if name is not None:
+            self.tracker.on_terminated(name, exception)
+
+
+class _EventBridge:
+    """Spark's Java listener interface for Python, implemented over py4j:
+    Java events become plain strings here, at the edge. (PySpark's own bridge
+    converts each progress event field by field, and each Java map it
+    iterates ends in an exception it classifies by a dozen class lookups
+    over Spark's jars: a third of an idle worker JVM's CPU.)"""
+
+    def __init__(self, listener: SparkProgressListener) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent) -> None:  # noqa: N802 - Spark's names
+        self.listener.started(jevent.runId().toString(), jevent.name())
+
+    def onQueryProgress(self, jevent) -> None:  # noqa: N802
+        self.listener.progressed(jevent.progress().json())
+
+    def onQueryIdle(self, jevent) -> None:  # noqa: N802
         pass
 
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
-        name = self._names_by_run.get(str(event.runId))
-        if name is not None:
-            self.tracker.on_terminated(name, event.exception)
+    def onQueryTerminated(self, jevent) -> None:  # noqa: N802
+        exception = jevent.exception()
+        self.listener.terminated(jevent.runId().toString(), exception.get() if exception.isDefined() else None)
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]

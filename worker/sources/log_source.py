@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 from sparkpoint.eventlog import EventLog, PartitionEnd, read_range
 
 FORMAT = "sparkpoint_log"
+SPLIT_BYTES = 8 * 1024 * 1024
 
 
 def owned_partitions(partitions: int, worker_index: int, worker_count: int) -> list[int]:
@@ -86,23 +87,22 @@ class EventLogStreamReader(DataSourceStreamReader):
         return {key: end.end() for key, end in self.ends.items()}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """Each partition's value: the ``(path, begin, stop)`` byte ranges it reads."""
         ranges = []
         for key, path in self.paths.items():
             begin, stop = int(start.get(key, 0)), int(end.get(key, 0))
             if stop > begin:
-                ranges.append(InputPartition((path, begin, stop)))
-        return ranges
+                ranges.append((path, begin, stop))
+        if sum(stop - begin for _, begin, stop in ranges) < SPLIT_BYTES:
+            return [InputPartition(tuple(ranges))] if ranges else []
+        return [InputPartition((byte_range,)) for byte_range in ranges]
 
     def read(self, partition: InputPartition) -> Iterator:
         import pyarrow.json as pa_json
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        path, begin, stop = partition.value
-        data = read_range(Path(path), begin, stop)
-        table = pa_json.read_json(
-            io.BytesIO(data),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=to_arrow_schema(self.schema, timezone="UTC"),
-                unexpected_field_behavior="ignore"),
-        )
-        yield from table.to_batches()
+        options = pa_json.ParseOptions(explicit_schema=to_arrow_schema(self.schema, timezone="UTC"),
+                                       unexpected_field_behavior="ignore")
+        for path, begin, stop in partition.value:
+            yield from pa_json.read_json(io.BytesIO(read_range(Path(path), begin, stop)),
+                                         parse_options=options).to_batches()

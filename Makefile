@@ -9,15 +9,16 @@ PROTOS := $(wildcard proto/sparkpoint/v1/*.proto)
 # Generated into the package namespace: proto/sparkpoint/v1/x.proto -> sparkpoint/v1/x_pb2.py.
 PROTO_OUT := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS)) $(patsubst proto/%.proto,%_pb2_grpc.py,$(PROTOS))
 
-.PHONY: all deps java postgres-server chromium proto test unit integration chaos run settings-doc clean-local
+.PHONY: all deps java postgres-server chromium proto jars test unit integration chaos run settings-doc clean-local
 
-all: deps proto
+all: deps proto jars
 
-# Spark needs a Java runtime; install Debian's when the machine lacks one.
+# Spark needs a Java runtime, and the worker's JVM classes (jvm/) a compiler;
+# install Debian's JDK when the machine lacks one.
 java:
-	@command -v java >/dev/null 2>&1 || { \
-	  echo "java not found: installing openjdk-17-jre-headless"; \
-	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+	@command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1 || { \
+	  echo "javac not found: installing openjdk-17-jdk-headless"; \
+	  apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless >/dev/null; }
 
 # The tests run private PostgreSQL clusters (tests/pgserver.py) from Debian's
 # server binaries; install them when missing. The drop-in stops the package
@@ -52,24 +53,37 @@ sparkpoint/v1/%_pb2.py sparkpoint/v1/%_pb2_grpc.py: proto/sparkpoint/v1/%.proto 
 
 proto: $(PROTO_OUT)
 
+# The worker's JVM classes, compiled against the Spark jars of the venv's
+# PySpark into the worker package (worker.runtime.session loads the jar).
+JAVA_SOURCES := $(shell find jvm -name '*.java')
+JAR := worker/runtime/jars/sparkpoint-jvm.jar
+$(JAR): $(JAVA_SOURCES) $(STAMP) | java
+	@rm -rf build/jvm && mkdir -p build/jvm $(@D)
+	javac --release 17 -nowarn -d build/jvm \
+	  -cp "$$($(PY) -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')/*" \
+	  $(JAVA_SOURCES)
+	jar cf $@ -C build/jvm .
+
+jars: $(JAR)
+
 # The whole suite: unit, integration (local processes, PostgreSQL) and chaos
 # (the compose stack, its images built once per run, cached).
-test: deps proto
+test: deps proto jars
 	$(PY) -m pytest -q -ra --durations=30 $(PYTEST_ARGS)
 
 # Subsets: fast unit tests; local processes; containers only.
-unit: deps proto
+unit: deps proto jars
 	$(PY) -m pytest -q -m "not integration and not chaos" $(PYTEST_ARGS)
 
-integration: deps proto
+integration: deps proto jars
 	$(PY) -m pytest -q -m integration $(PYTEST_ARGS)
 
-chaos: deps proto
+chaos: deps proto jars
 	$(PY) -m pytest -q -ra -s -m chaos $(PYTEST_ARGS)
 
 # Controller, two workers and a producer as local processes on the embedded
 # defaults (event log source, files sink). Ctrl-C stops everything.
-run: deps proto
+run: deps proto jars
 	$(PY) -m sparkpoint.devstack
 
 # The README's "Configuration" table, from the settings classes.
@@ -138,7 +152,7 @@ monitoring-images: docker-tools
 	  docker/prometheus >/dev/null
 
 # Each image is tagged with a hash of its inputs (and :latest); unchanged ones are not rebuilt.
-images: proto base-images wheelhouse $(if $(MONITORING),monitoring-images)
+images: proto jars base-images wheelhouse $(if $(MONITORING),monitoring-images)
 	@docker/build-image.sh controller Dockerfile.controller . "$$(cat build/base-python.ref)" \
 	  $(IMAGE_INPUTS) docker/healthcheck-http.py docker/healthcheck-producer.py >/dev/null
 	@docker/build-image.sh worker Dockerfile.worker . "$$(cat build/base-java.ref)" \

@@ -55,11 +55,13 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
         log.error("unreadable checkpoint manifest, moved to quarantine: %s", problem)
     from pyspark.errors import PySparkException
 
-    from worker.runtime.session import start_session
+    from worker.runtime.session import MissingJar, start_session
     from worker.stateplan.derive import stateful_schemas
 
     try:
         spark = start_session(settings)
+    except MissingJar as error:
+        exit_with_error(PROGRAM, str(error))
     except PySparkException as error:
         exit_with_error(PROGRAM, f"cannot start Spark (SP_SPARK_MASTER={settings.spark_master}): "
                                  f"{summarize_error(str(error))}")

@@ -27,6 +27,21 @@ def shared_environment_keys(spark, source: str) -> set[str]:
     return set(registered.dataSourceCls().envVars().keySet().toArray())
 
 
+def check_local_file_system(spark, directory) -> None:
+    """Spark's local file system is the worker's (jvm/): modes set in the JVM,
+    no ``.crc`` side files."""
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), conf)
+    assert fs.getClass().getName() == "sparkpoint.hadoop.NioLocalFileSystem"
+    path = jvm.org.apache.hadoop.fs.Path(str(directory / "f"))
+    fs.create(path, True).close()
+    for mode in (0o640, 0o751, 0o000, 0o777):
+        fs.setPermission(path, jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
+        assert (directory / "f").stat().st_mode & 0o777 == mode
+    assert [p.name for p in directory.iterdir()] == ["f"]
+
+
 def all_ended(tracker: ProgressTracker, count: int) -> list | None:
     queries = tracker.snapshot()
     return queries if len(queries) == count and not any(q.active for q in queries) else None
@@ -49,6 +64,8 @@ def test_running_queries_only_replace_values_in_the_shared_environment(tmp_path)
     listener = SparkProgressListener(tracker)
     listener.register(spark)
     try:
+        (tmp_path / "fs").mkdir()
+        check_local_file_system(spark, tmp_path / "fs")
         before = shared_environment_keys(spark, LOG_FORMAT)
         staging = {name: tmp_path / "staging" / name for name in ("a_out", "b_out")}
         for directory in staging.values():

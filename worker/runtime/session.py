@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -12,8 +13,16 @@ from worker.runtime.ui import spark_ui_conf
 from worker.settings import WorkerSettings
 from worker.sources.log_source import EventLogDataSource
 
+# The worker's JVM classes (jvm/ in the repository; `make jars` builds the jar
+# into the package, `make deps` and `make images` run it).
+JVM_JAR = Path(__file__).parent / "jars" / "sparkpoint-jvm.jar"
+
 # Spark settings the data path depends on.
 SESSION_CONF = {
+    # Hadoop's local file system, minus a `chmod` process per file it
+    # creates (jvm/sparkpoint/hadoop/NioLocalFileSystem.java).
+    "spark.hadoop.fs.file.impl": "sparkpoint.hadoop.NioLocalFileSystem",
+    "spark.driver.extraClassPath": str(JVM_JAR),
     # Hadoop's local file system renames through FileContext, which resolves
     # links by running `readlink` in a child process: a few process spawns
     # per batch and query. The FileSystem-based manager renames in the JVM.
@@ -29,7 +38,13 @@ SESSION_CONF = {
 }
 
 
+class MissingJar(Exception):
+    pass
+
+
 def start_session(settings: WorkerSettings) -> SparkSession:
+    if not JVM_JAR.is_file():
+        raise MissingJar(f"{JVM_JAR} is missing: `make jars` builds it (`make deps` and `make images` do)")
     # Spark's Python workers must run this interpreter (it has pyarrow and
     # the sparkpoint packages), not whatever python3 is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

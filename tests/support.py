@@ -86,9 +86,9 @@ def bearer(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def get_json(url: str, token: str | None = None) -> dict:
+def get_json(url: str, token: str | None = None, timeout_s: float = 5) -> dict:
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=bearer(token)), timeout=5) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=bearer(token)), timeout=timeout_s) as response:
             return json.load(response)
     except urllib.error.HTTPError as error:
         return {"http_status": error.code, **json.load(error)}

@@ -103,7 +103,9 @@ def test_sparks_ui_serves_the_worker_on_the_port_asked_for(tmp_path):
     try:
         assert spark.sparkContext.uiWebUrl.endswith(f":{port}")
         # Bound to every interface: what a container's published port reaches.
-        applications = get_json(f"http://127.0.0.1:{port}/api/v1/applications")
+        # The first request initialises Spark's REST API (2.2 s on a quiet
+        # machine, more than 5 under load): a generous timeout.
+        applications = get_json(f"http://127.0.0.1:{port}/api/v1/applications", timeout_s=60)
         assert [app["name"] for app in applications] == ["sparkpoint-worker-ui"]
     finally:
         spark.stop()

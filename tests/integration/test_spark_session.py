@@ -1,7 +1,10 @@
 """The worker's Spark session: the environment map a registered data source
 shares between its queries never changes shape while queries run (see
 ``worker.runtime.session.prefill_python_environment``: two queries starting
-together used to corrupt it, and every task carrying it)."""
+together used to corrupt it, and every task carrying it). The same session
+run (one Spark session is seconds of the suite) also checks the worker's local
+file system (``jvm/``) and that the progress listener sees each query's rows
+and end."""
 
 from __future__ import annotations
 

@@ -162,7 +162,7 @@ images: proto jars base-images wheelhouse $(if $(MONITORING),monitoring-images)
 	@docker images --filter 'reference=sparkpoint-*:latest'
 
 secrets: $(STAMP)
-	@$(PY) -m sparkpoint.secrets $(SP_SECRETS_DIR)
+	@$(PY) -m sparkpoint.stack_secrets $(SP_SECRETS_DIR)
 
 up: images secrets
 	$(DC) up -d --remove-orphans

@@ -76,11 +76,12 @@ def main() -> None:
         checkpointer.start()
     try:
         grpc_server, grpc_port = start_grpc_server(service, settings.bind, settings.grpc_port,
-                                                     token=settings.grpc_token)
+                                                     token=settings.grpc_token, tls=settings.grpc_tls)
     except (OSError, RuntimeError) as error:
         exit_with_error("sparkpoint-controller", f"SP_CONTROLLER_GRPC_PORT: {error}")
-    log.info("gRPC on %s:%d, REST on http://%s:%d (expecting %d workers)",
-             settings.bind, grpc_port, settings.bind, settings.http_port, settings.worker_count)
+    log.info("gRPC on %s:%d (%s), REST on http://%s:%d (expecting %d workers)",
+             settings.bind, grpc_port, "mutual TLS" if settings.grpc_tls else "plain text", settings.bind,
+             settings.http_port, settings.worker_count)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the
     # signal against the handlers it found: make those a no-op so the gRPC
     # server below is stopped too and the exit status is 0.

@@ -7,10 +7,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sparkpoint.secrets import Secret
+from sparkpoint.secrets import Secret, TlsFiles
 from sparkpoint.settings import (
     ApiTokenFile,
     GrpcPort,
+    GrpcTlsCaFile,
+    GrpcTlsCertFile,
+    GrpcTlsKeyFile,
     GrpcTokenFile,
     HttpPort,
     Milliseconds,
@@ -19,6 +22,7 @@ from sparkpoint.settings import (
     SettingsError,
     UserPath,
     WorkerCount,
+    grpc_tls,
 )
 
 Auth = Literal["token", "none"]
@@ -59,6 +63,9 @@ class ControllerSettings(Settings):
     grpc_auth: Auth = Field(
         "token", description="`none` runs the gRPC service without authentication (logged as a warning); "
                              "anything but `token` and `none` is refused")
+    grpc_tls_cert_file: GrpcTlsCertFile = None
+    grpc_tls_key_file: GrpcTlsKeyFile = None
+    grpc_tls_ca_file: GrpcTlsCaFile = None
 
     @field_validator("api_allowed_hosts")
     @classmethod
@@ -76,6 +83,16 @@ class ControllerSettings(Settings):
         _one_of(self.api_auth, self.api_token_file, "SP_API_TOKEN_FILE", "SP_API_AUTH", "the REST API's bearer token")
         _one_of(self.grpc_auth, self.grpc_token_file, "SP_GRPC_TOKEN_FILE", "SP_GRPC_AUTH", "the gRPC shared secret")
         return self
+
+    @model_validator(mode="after")
+    def _grpc_tls_in_full(self) -> ControllerSettings:
+        grpc_tls(self)
+        return self
+
+    @property
+    def grpc_tls(self) -> TlsFiles | None:
+        """The files of gRPC's mutual TLS; None: plain text."""
+        return grpc_tls(self)
 
     @property
     def allowed_hosts(self) -> tuple[str, ...]:

@@ -1,6 +1,10 @@
-"""The gRPC shared secret on the wire: ``authorization: Bearer <token>``
-metadata on every call. ``with_token`` adds it to each call of a channel
-(the worker's client); ``bearer_of`` reads it (the controller's interceptor)."""
+"""gRPC's credentials on the client's side and on the wire.
+
+The shared secret: ``authorization: Bearer <token>`` metadata on every call.
+``with_token`` adds it to each call of a channel (the worker's client);
+``bearer_of`` reads it (the controller's interceptor). Mutual TLS:
+``open_channel`` presents this side's certificate and checks the
+controller's against the CA."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from sparkpoint.secrets import Secret
+from sparkpoint.secrets import Secret, TlsFiles
 
 METADATA_KEY = "authorization"
 
@@ -21,6 +25,15 @@ class _AddToken(grpc.UnaryUnaryClientInterceptor):
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
         details = details._replace(metadata=[*(details.metadata or ()), self._entry])
         return continuation(details, request)
+
+
+def open_channel(address: str, tls: TlsFiles | None) -> grpc.Channel:
+    """A channel to ``address``: mutual TLS with ``tls``, else plain text."""
+    if tls is None:
+        return grpc.insecure_channel(address)
+    certificate, key, ca = tls.read()
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=key, certificate_chain=certificate))
 
 
 def with_token(channel: grpc.Channel, token: Secret | None) -> grpc.Channel:

@@ -1,5 +1,6 @@
 """Secrets read from files (Docker secrets, ``make up``'s ``.secrets/``):
 the REST API's bearer token, the gRPC shared secret, PostgreSQL's password.
+``make up`` generates the compose stack's (:mod:`sparkpoint.stack_secrets`).
 
 A setting names the file (``SP_API_TOKEN_FILE``, ...); the settings class
 reads it once while parsing (``SecretFile``), so a missing, unreadable or
@@ -53,6 +54,20 @@ def read_secret(path: Path) -> Secret:
     return Secret(path, lines[0].strip())
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """Mutual TLS: this side's certificate and key, and the CA the other
+    side's certificate must be signed by (PEM files, e.g. Docker secrets)."""
+
+    certificate: Path
+    key: Path
+    ca: Path
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        """The three files' contents (certificate, key, CA)."""
+        return self.certificate.read_bytes(), self.key.read_bytes(), self.ca.read_bytes()
+
+
 def _load(value: Any) -> Secret:
     if isinstance(value, Secret):
         return value
@@ -82,24 +97,3 @@ def ensure_secret(path: Path, mode: int = 0o600) -> Path:
         file.write(new_token() + "\n")
     os.chmod(path, mode)      # whatever the umask
     return path
-
-
-# The compose stack's secrets (docker-compose.yml's `secrets:`).
-COMPOSE_SECRETS = ("api-token", "grpc-token", "postgres-password")
-
-
-def ensure_compose_secrets(directory: Path) -> list[Path]:
-    """``make up``: each of the stack's secrets, generated on first start. The
-    directory is 0700 (only its owner reaches the files); the files are
-    readable by all (0444) because Docker bind-mounts them into containers
-    whose users (10001, postgres) are not the owner, which compose cannot
-    change outside swarm mode."""
-    return [ensure_secret(directory / name, 0o444) for name in COMPOSE_SECRETS]
-
-
-if __name__ == "__main__":
-    import sys
-
-    directory = Path(sys.argv[1] if len(sys.argv) > 1 else ".secrets")
-    ensure_compose_secrets(directory)
-    print(f"secrets: {directory}/ ({', '.join(COMPOSE_SECRETS)})")

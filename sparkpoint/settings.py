@@ -12,7 +12,7 @@ as one line with :func:`exit_with_error` -- never a stack trace.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, NoReturn, Self
 
@@ -20,7 +20,7 @@ from pydantic import AfterValidator, Field, ValidationError
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from sparkpoint.secrets import SecretFile
+from sparkpoint.secrets import SecretFile, TlsFiles
 
 PREFIX = "SP_"
 
@@ -128,6 +128,26 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
 """A path; ``~`` is the user's home."""
 
+
+def _pem(marker: str, what: str) -> Callable[[Path], Path]:
+    """A check that a path is a readable PEM file of ``what`` (a TLS library
+    would say so only at the first connection)."""
+    def check(path: Path) -> Path:
+        try:
+            with open(path, "rb") as file:
+                head = file.read(1 << 16)
+        except OSError as error:
+            raise ValueError(f"cannot read {path}: {error.strerror}") from None
+        if marker.encode() not in head:
+            raise ValueError(f"{path} holds no PEM {what} ({marker})")
+        return path
+
+    return check
+
+
+CertificateFile = Annotated[UserPath, AfterValidator(_pem("-----BEGIN CERTIFICATE-----", "certificate"))]
+PrivateKeyFile = Annotated[UserPath, AfterValidator(_pem("PRIVATE KEY-----", "private key"))]
+
 Milliseconds = Annotated[int, Field(json_schema_extra={"unit": "milliseconds"})]
 Seconds = Annotated[int, Field(json_schema_extra={"unit": "seconds"})]
 
@@ -151,6 +171,33 @@ ApiTokenFile = Annotated[SecretFile | None, Field(
     description="file holding the REST API's bearer token (a Docker secret): the controller requires "
                 "`Authorization: Bearer <token>` on every endpoint but `/health` and refuses to start without one "
                 "unless `SP_API_AUTH=none`; the CLI sends it")]
+GrpcTlsCertFile = Annotated[CertificateFile | None, Field(
+    description="this program's gRPC certificate (PEM, a Docker secret); with `SP_GRPC_TLS_KEY_FILE` and "
+                "`SP_GRPC_TLS_CA_FILE`, gRPC runs over mutual TLS. A worker's certificate names its worker id "
+                "(the subject's common name): the controller refuses its calls for any other worker id")]
+GrpcTlsKeyFile = Annotated[PrivateKeyFile | None, Field(
+    description="the private key of `SP_GRPC_TLS_CERT_FILE` (PEM, a Docker secret)")]
+GrpcTlsCaFile = Annotated[CertificateFile | None, Field(
+    description="the CA certificate the other side's gRPC certificate must be signed by (the controller: every "
+                "worker's; a worker: the controller's, whose names must include the host of "
+                "`SP_CONTROLLER_ADDR`)")]
+
+
+def grpc_tls(settings: Settings) -> TlsFiles | None:
+    """The gRPC TLS files of ``settings`` (its ``grpc_tls_*_file`` fields):
+    all three or none, else a SettingsError naming the first missing one."""
+    fields = ("grpc_tls_cert_file", "grpc_tls_key_file", "grpc_tls_ca_file")
+    files = [getattr(settings, name) for name in fields]
+    if not any(files):
+        return None
+    given = [settings.variable(name) for name, file in zip(fields, files) if file]
+    for name, file in zip(fields, files):
+        if not file:
+            raise SettingsError(settings.variable(name), f"is required with {', '.join(given)} (mutual TLS needs "
+                                                         "a certificate, its key and the CA)")
+    return TlsFiles(*files)
+
+
 GrpcTokenFile = Annotated[SecretFile | None, Field(
     description="file holding the gRPC shared secret (a Docker secret): the controller refuses calls without it "
                 "(`UNAUTHENTICATED`) and to start without one unless `SP_GRPC_AUTH=none`; a worker sends it")]

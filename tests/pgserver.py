@@ -53,8 +53,11 @@ class PostgresServer:
 
     SUPERUSER = "postgres"
 
-    def __init__(self, database: str = "sparkpoint", *, timeout_s: float = 60.0):
+    def __init__(self, database: str = "sparkpoint", *, timeout_s: float = 60.0,
+                 tls: tuple[Path, Path] | None = None):
+        """``tls``: the server's certificate and key files: TLS on (plain TCP still accepted)."""
         self.database = database
+        self.tls = tls
         self.timeout_s = timeout_s
         self.bindir = find_bindir()
         self.port = free_port()
@@ -97,11 +100,24 @@ class PostgresServer:
                 # Allow PREPARE TRANSACTION (two-phase commit), off by default.
                 "max_prepared_transactions = 20\n"
             )
+            if self.tls:
+                conf.write(f"ssl = on\nssl_cert_file = '{self._private_copy(self.tls[0])}'\n"
+                           f"ssl_key_file = '{self._private_copy(self.tls[1])}'\n")
         # -w: pg_ctl itself polls until the server accepts connections, bounded by -t.
         self._pg("pg_ctl", "start", "-w", "-t", str(int(self.timeout_s)), "-D", self.data_dir, "-l", self.log_path)
         with psycopg.connect(self.dsn_for("postgres"), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
         return self
+
+    def _private_copy(self, path: Path) -> Path:
+        """``path`` copied into the cluster's directory, 0600, owned by the
+        server's user (PostgreSQL refuses a key others can read)."""
+        copy = self.root / path.name
+        shutil.copyfile(path, copy)
+        os.chmod(copy, 0o600)
+        owner = self.root.stat()
+        os.chown(copy, owner.st_uid, owner.st_gid)
+        return copy
 
     def restart(self, mode: str = "fast") -> None:
         """Restart the server on the same port and data; ``mode="immediate"`` is a

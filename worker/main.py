@@ -75,7 +75,7 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
                               pipeline.fingerprint(), layout.node_names, pipeline.graph())
     client = ControllerClient(settings.controller_addr, identity,
                               checkpoints=lambda: [m.info() for m in store.readable()[0]] if checkpoints_on else [],
-                              token=settings.grpc_token_file)
+                              token=settings.grpc_token_file, tls=settings.grpc_tls)
     session = Session(settings, pipeline, layout, store, spark, client,
                       RestartPolicy(settings.max_same_failures, clock=time.time))
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -10,10 +11,14 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from sparkpoint import limits
 from sparkpoint.errors import shown
-from sparkpoint.secrets import SecretFile
+from sparkpoint.secrets import SecretFile, TlsFiles
 from sparkpoint.settings import (
     Address,
+    CertificateFile,
     ForceGraphChange,
+    GrpcTlsCaFile,
+    GrpcTlsCertFile,
+    GrpcTlsKeyFile,
     GrpcTokenFile,
     HealthMaxAge,
     LogDir,
@@ -24,9 +29,11 @@ from sparkpoint.settings import (
     SettingsError,
     UserPath,
     WorkerCount,
+    grpc_tls,
 )
 
-_PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password", "pg_password_file")
+_PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password", "pg_password_file", "pg_sslmode",
+             "pg_sslrootcert")
 
 
 class WorkerSettings(Settings):
@@ -42,6 +49,9 @@ class WorkerSettings(Settings):
                                        "letter or digit, at most 64 characters (what the controller accepts)")
     controller_addr: Address = Field("localhost:50051", description="controller gRPC address (`host:port`)")
     grpc_token_file: GrpcTokenFile = None
+    grpc_tls_cert_file: GrpcTlsCertFile = None
+    grpc_tls_key_file: GrpcTlsKeyFile = None
+    grpc_tls_ca_file: GrpcTlsCaFile = None
     work_dir: UserPath = Field(
         default_factory=lambda given: Path(f"var/work/{given['worker_id']}"),
         description="Spark's working checkpoint directory (fast local storage; each run uses a fresh `run-*` "
@@ -96,8 +106,14 @@ class WorkerSettings(Settings):
     pg_password: SecretStr | None = Field(None, description="password")
     pg_password_file: SecretFile | None = Field(
         None, description="instead of `SP_PG_PASSWORD`: a file holding the password (a Docker secret)")
+    pg_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = Field(
+        None, description="libpq's `sslmode`; `verify-full` (the compose stack's) checks PostgreSQL's certificate "
+                          "against `SP_PG_SSLROOTCERT` and the host name; unset: libpq's default (`prefer`)")
+    pg_sslrootcert: CertificateFile | None = Field(
+        None, description="PEM file of the CA that signed PostgreSQL's certificate (a Docker secret); required by "
+                          "`verify-ca` and `verify-full`")
     pg_dsn: str | None = Field(
-        None, description="instead of the five above: one libpq connection string or `postgresql://` URI")
+        None, description="instead of the settings above: one libpq connection string or `postgresql://` URI")
     health_max_age_s: HealthMaxAge = Field(30, validation_alias="SP_HEALTH_MAX_AGE")
     test_fault: str = Field(
         "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]`, "
@@ -131,6 +147,16 @@ class WorkerSettings(Settings):
         return self
 
     @model_validator(mode="after")
+    def _grpc_tls_in_full(self) -> WorkerSettings:
+        grpc_tls(self)
+        return self
+
+    @property
+    def grpc_tls(self) -> TlsFiles | None:
+        """The files of gRPC's mutual TLS; None: plain text."""
+        return grpc_tls(self)
+
+    @model_validator(mode="after")
     def _one_postgres_source(self) -> WorkerSettings:
         given = [self.variable(part) for part in _PG_PARTS if part in self.model_fields_set]
         if self.pg_dsn and given:
@@ -139,6 +165,9 @@ class WorkerSettings(Settings):
             raise SettingsError("SP_PG_PASSWORD_FILE", "set either SP_PG_PASSWORD or SP_PG_PASSWORD_FILE, not both")
         if given and not self.pg_host:
             raise SettingsError("SP_PG_HOST", f"is required with {', '.join(given)}")
+        if self.pg_sslmode in ("verify-ca", "verify-full") and not self.pg_sslrootcert:
+            raise SettingsError("SP_PG_SSLROOTCERT", f"is required with SP_PG_SSLMODE={self.pg_sslmode} (the "
+                                                     "certificate of the CA that signed PostgreSQL's)")
         return self
 
     @property
@@ -150,5 +179,7 @@ class WorkerSettings(Settings):
             return None
         password = ({"password": self.pg_password.get_secret_value()} if self.pg_password else
                     {"password": self.pg_password_file.value} if self.pg_password_file else {})
+        tls = {key: str(value) for key, value in (("sslmode", self.pg_sslmode), ("sslrootcert", self.pg_sslrootcert))
+               if value is not None}
         return make_conninfo(host=self.pg_host, port=self.pg_port, dbname=self.pg_database, user=self.pg_user,
-                             **password)
+                             **password, **tls)

@@ -1,6 +1,12 @@
-"""The gRPC shared secret, checked by a server interceptor before any
-handler runs: a call without ``authorization: Bearer <token>`` metadata
-matching ``SP_GRPC_TOKEN_FILE``'s (constant-time) ends ``UNAUTHENTICATED``."""
+"""Who may call the controller over gRPC.
+
+- The shared secret, checked by a server interceptor before any handler
+  runs: a call without ``authorization: Bearer <token>`` metadata matching
+  ``SP_GRPC_TOKEN_FILE``'s (constant-time) ends ``UNAUTHENTICATED``.
+- Mutual TLS (``server_credentials``): a client without a certificate the
+  CA signed does not get past the handshake; ``peer_name`` is the common
+  name of the one it presented, the worker id it may act for.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any
 import grpc
 
 from sparkpoint.grpcauth import bearer_of
-from sparkpoint.secrets import Secret
+from sparkpoint.secrets import Secret, TlsFiles
 
 
 def _refuse(message: str) -> grpc.RpcMethodHandler:
@@ -34,3 +40,15 @@ class TokenInterceptor(grpc.ServerInterceptor):
         if not self._token.matches(given):
             return self._wrong
         return continuation(details)
+
+
+def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
+    """This server's certificate; clients must present one the CA signed."""
+    certificate, key, ca = tls.read()
+    return grpc.ssl_server_credentials([(key, certificate)], root_certificates=ca, require_client_auth=True)
+
+
+def peer_name(context: grpc.ServicerContext) -> str | None:
+    """The common name of the client's certificate; None without one."""
+    names = context.auth_context().get("x509_common_name")
+    return names[0].decode(errors="replace") if names else None

@@ -1,5 +1,9 @@
 """Thin gRPC adapter over ControllerService: convert, call, convert back.
 
+With mutual TLS, a call acts for the worker its certificate names or is
+refused ``PERMISSION_DENIED`` (``_as_named_worker``): holding one worker's
+credential does not let a process register, report or commit as another.
+
 Core errors become gRPC status codes here and only here (``_status_for``);
 their messages travel in the status details, which gRPC carries in a
 metadata frame of bounded size: each is clipped to ``DETAILS_MAX``. Anything
@@ -18,10 +22,10 @@ import grpc
 
 from controller.core import errors
 from controller.core.service import ControllerService
-from controller.grpc.auth import TokenInterceptor
+from controller.grpc.auth import TokenInterceptor, peer_name, server_credentials
 from sparkpoint import wire
-from sparkpoint.errors import clip
-from sparkpoint.secrets import Secret
+from sparkpoint.errors import clip, shown
+from sparkpoint.secrets import Secret, TlsFiles
 from sparkpoint.v1 import controller_pb2 as pb
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 
@@ -61,18 +65,39 @@ def _mapped(method: Handler) -> Handler:
     return wrapper  # type: ignore[return-value]
 
 
-class ControllerServicer(pb_grpc.ControllerServicer):
-    def __init__(self, service: ControllerService) -> None:
-        self._service = service
+def _as_named_worker(method: Handler) -> Handler:
+    """Refuse a call for a worker id other than the one the caller's
+    certificate names (when the servicer binds identities)."""
+    @functools.wraps(method)
+    def wrapper(self: ControllerServicer, request: Any, context: grpc.ServicerContext) -> Any:
+        if self._bind_identity and (name := peer_name(context)) != request.worker_id:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, clip(
+                f"this client's certificate is for {shown(name) if name else 'no worker'}, not for worker "
+                f"{shown(request.worker_id)}",
+                DETAILS_MAX))
+        return method(self, request, context)
 
+    return wrapper  # type: ignore[return-value]
+
+
+class ControllerServicer(pb_grpc.ControllerServicer):
+    def __init__(self, service: ControllerService, *, bind_identity: bool = False) -> None:
+        """``bind_identity``: every call must come from the worker its
+        client certificate names (mutual TLS)."""
+        self._service = service
+        self._bind_identity = bind_identity
+
+    @_as_named_worker
     @_mapped
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.RegisterResponse:  # noqa: N802
         return wire.register_result_to_pb(self._service.register(wire.registration_from_pb(request)))
 
+    @_as_named_worker
     @_mapped
     def ReportProgress(self, request: pb.ProgressReport, context: grpc.ServicerContext) -> pb.ProgressAck:  # noqa: N802
         return wire.report_outcome_to_pb(self._service.report_progress(wire.report_from_pb(request)))
 
+    @_as_named_worker
     @_mapped
     def CommitCheckpoint(self, request: pb.CheckpointCommit, context: grpc.ServicerContext) -> pb.CheckpointAck:  # noqa: N802
         outcome = self._service.commit_checkpoint(request.worker_id, wire.checkpoint_from_pb(request.checkpoint),
@@ -80,14 +105,17 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         return wire.commit_outcome_to_pb(outcome)
 
 
-def start_grpc_server(service: ControllerService, bind: str, port: int, *,
-                      token: Secret | None) -> tuple[grpc.Server, int]:
+def start_grpc_server(service: ControllerService, bind: str, port: int, *, token: Secret | None,
+                      tls: TlsFiles | None = None) -> tuple[grpc.Server, int]:
     """Start serving; returns the server and the port it bound (``port=0`` picks one).
-    ``token``: the shared secret every call must carry (None: no authentication)."""
+    ``token``: the shared secret every call must carry (None: no authentication).
+    ``tls``: serve mutual TLS, each call bound to its certificate's worker (None: plain text)."""
     interceptors = [TokenInterceptor(token)] if token is not None else []
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors)
-    pb_grpc.add_ControllerServicer_to_server(ControllerServicer(service), server)
-    bound = server.add_insecure_port(f"{bind}:{port}")
+    pb_grpc.add_ControllerServicer_to_server(ControllerServicer(service, bind_identity=tls is not None), server)
+    address = f"{bind}:{port}"
+    bound = (server.add_secure_port(address, server_credentials(tls)) if tls is not None
+             else server.add_insecure_port(address))
     if bound == 0:
         raise OSError(f"cannot bind gRPC port {bind}:{port}")
     server.start()

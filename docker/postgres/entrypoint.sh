@@ -9,7 +9,9 @@
 # POSTGRES_PASSWORD_FILE (a file holding it, e.g. a Docker secret; one of
 # them required on first start), POSTGRES_USER (default postgres),
 # POSTGRES_DB (default: POSTGRES_USER), POSTGRES_INITDB_ARGS (extra initdb
-# arguments).
+# arguments), POSTGRES_TLS_CERT_FILE and POSTGRES_TLS_KEY_FILE (the server's
+# certificate and key, e.g. Docker secrets: TLS on, and every TCP connection
+# must use it).
 set -euo pipefail
 
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
@@ -75,4 +77,28 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   echo "sparkpoint-postgres: initialised"
 fi
 
-exec postgres -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories="$SOCKETS" "$@"
+tls=()
+if [ -n "${POSTGRES_TLS_CERT_FILE:-}${POSTGRES_TLS_KEY_FILE:-}" ]; then
+  for variable in POSTGRES_TLS_CERT_FILE POSTGRES_TLS_KEY_FILE; do
+    if [ ! -r "${!variable:-}" ]; then
+      echo "sparkpoint-postgres: $variable: cannot read '${!variable:-}' (both must be set for TLS)" >&2
+      exit 1
+    fi
+  done
+  # PostgreSQL refuses a key others can read; a Docker secret outside swarm
+  # keeps the host file's mode, so the server gets a private copy.
+  key="$SOCKETS/server.key"
+  install -m 0600 "$POSTGRES_TLS_KEY_FILE" "$key"
+  # TCP only with TLS (hostssl), whatever the data directory's pg_hba.conf
+  # says; local sockets (the healthcheck's, initialisation's) as initdb set them.
+  hba="$SOCKETS/pg_hba.conf"
+  {
+    echo "local all all trust"
+    echo "hostssl all all 0.0.0.0/0 scram-sha-256"
+    echo "hostssl all all ::/0 scram-sha-256"
+  } > "$hba"
+  tls=(-c ssl=on -c ssl_cert_file="$POSTGRES_TLS_CERT_FILE" -c ssl_key_file="$key" -c hba_file="$hba")
+  echo "sparkpoint-postgres: TLS on ($POSTGRES_TLS_CERT_FILE); TCP connections without it are refused"
+fi
+
+exec postgres -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories="$SOCKETS" "${tls[@]}" "$@"

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import docker
-from sparkpoint.secrets import ensure_compose_secrets
+from sparkpoint.stack_secrets import ensure_compose_secrets
 from tests.support import expected_vwap, get_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,13 +122,15 @@ class ComposeStack:
         PostgreSQL is unreachable."""
         dsn = (f"host=postgres dbname={self.env.get('POSTGRES_DB', 'sparkpoint')} "
                f"user={self.env.get('POSTGRES_USER', 'sparkpoint')} "
-               f"password={(self.secrets / 'postgres-password').read_text().strip()}")
+               f"password={(self.secrets / 'postgres-password').read_text().strip()} "
+               "sslmode=verify-full sslrootcert=/ca.crt")   # as the workers do
         output = self.client.containers.run(
             "sparkpoint-controller:latest",
             ["python", "-c", _READ_RESULTS % {"dsn": dsn, "expected_vwap": inspect.getsource(expected_vwap)}],
             remove=True,
             network=f"{self.project}_data",
-            volumes={f"{self.project}_eventlog": {"bind": "/log", "mode": "ro"},
+            volumes={str(self.secrets / "ca.crt"): {"bind": "/ca.crt", "mode": "ro"},
+                     f"{self.project}_eventlog": {"bind": "/log", "mode": "ro"},
                      f"{self.project}_output": {"bind": "/out", "mode": "ro"}})
         return json.loads(output)
 

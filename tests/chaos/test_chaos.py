@@ -62,6 +62,10 @@ def start(stack: ComposeStack) -> None:
     stack.up("controller", "producer", "worker-0", "worker-1")
     for index in (0, 1):
         checkpointed_since_restore(stack, index)
+    # With TLS on (issue 15): the workers registered over mutual TLS, and
+    # reach PostgreSQL, which takes TLS only, verifying it (verify-full).
+    assert b"(mutual TLS)" in stack.container("controller").logs()
+    assert b"TLS on" in stack.container("postgres").logs()
 
 
 def exact_aggregates(rows: list[dict], expected: dict, where: str) -> bool:

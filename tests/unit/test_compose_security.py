@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkpoint.secrets import COMPOSE_SECRETS, ensure_compose_secrets, read_secret
+from sparkpoint.secrets import read_secret
+from sparkpoint.stack_secrets import CERTIFICATES, COMPOSE_SECRETS, ensure_compose_secrets
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -24,7 +25,12 @@ def test_no_password_or_token_is_written_in_the_file():
     assert {name: spec["file"] for name, spec in COMPOSE["secrets"].items()} == {
         "api_token": "${SP_SECRETS_DIR:-./.secrets}/api-token",
         "grpc_token": "${SP_SECRETS_DIR:-./.secrets}/grpc-token",
-        "postgres_password": "${SP_SECRETS_DIR:-./.secrets}/postgres-password"}
+        "postgres_password": "${SP_SECRETS_DIR:-./.secrets}/postgres-password",
+        "ca_cert": "${SP_SECRETS_DIR:-./.secrets}/ca.crt",
+        "postgres_tls_cert": "${SP_SECRETS_DIR:-./.secrets}/postgres.crt",
+        "postgres_tls_key": "${SP_SECRETS_DIR:-./.secrets}/postgres.key",
+        **{f"{name.replace('-', '_')}_tls_{kind}": f"${{SP_SECRETS_DIR:-./.secrets}}/{name}.{ext}"
+           for name in ("controller", "worker-0", "worker-1") for kind, ext in (("cert", "crt"), ("key", "key"))}}
     assert SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
     controller = SERVICES["controller"]["environment"]
     assert (controller["SP_API_TOKEN_FILE"], controller["SP_GRPC_TOKEN_FILE"]) == (
@@ -33,7 +39,9 @@ def test_no_password_or_token_is_written_in_the_file():
         env = SERVICES[worker]["environment"]
         assert (env["SP_GRPC_TOKEN_FILE"], env["SP_PG_PASSWORD_FILE"]) == (
             "/run/secrets/grpc_token", "/run/secrets/postgres_password")
-        assert set(SERVICES[worker]["secrets"]) == {"grpc_token", "postgres_password"}
+        assert set(SERVICES[worker]["secrets"]) == {"grpc_token", "postgres_password", "ca_cert",
+                                                    f"{worker.replace('-', '_')}_tls_cert",
+                                                    f"{worker.replace('-', '_')}_tls_key"}
     assert "SP_API_AUTH" not in text and "SP_GRPC_AUTH" not in text
 
 
@@ -62,16 +70,52 @@ def test_the_networks_are_separated():
                          "prometheus": ["${SP_HTTP_BIND:-127.0.0.1}:${SP_PROMETHEUS_PUBLISH_PORT:-9090}:9090"]}
 
 
+def test_postgres_takes_tls_only_and_the_workers_verify_it():
+    postgres = SERVICES["postgres"]
+    assert set(postgres["secrets"]) == {"postgres_password", "postgres_tls_cert", "postgres_tls_key"}
+    assert (postgres["environment"]["POSTGRES_TLS_CERT_FILE"], postgres["environment"]["POSTGRES_TLS_KEY_FILE"]) == (
+        "/run/secrets/postgres_tls_cert", "/run/secrets/postgres_tls_key")
+    for worker in ("worker-0", "worker-1"):
+        env = SERVICES[worker]["environment"]
+        assert (env["SP_PG_SSLMODE"], env["SP_PG_SSLROOTCERT"], env["SP_PG_HOST"]) == (
+            "verify-full", "/run/secrets/ca_cert", "postgres")
+    # The CA's key signs certificates: no service is given it.
+    assert not any(spec["file"].endswith("ca.key") for spec in COMPOSE["secrets"].values())
+
+
+def test_grpc_runs_over_mutual_tls_each_worker_with_its_own_certificate():
+    controller = SERVICES["controller"]
+    assert set(controller["secrets"]) == {"api_token", "grpc_token", "ca_cert", "controller_tls_cert",
+                                          "controller_tls_key"}
+    assert {key: value for key, value in controller["environment"].items() if key.startswith("SP_GRPC_TLS")} == {
+        "SP_GRPC_TLS_CERT_FILE": "/run/secrets/controller_tls_cert",
+        "SP_GRPC_TLS_KEY_FILE": "/run/secrets/controller_tls_key", "SP_GRPC_TLS_CA_FILE": "/run/secrets/ca_cert"}
+    workers = [name for name in SERVICES if name.startswith("worker-")]
+    assert sorted(workers) == sorted(name for name in CERTIFICATES if name.startswith("worker-"))
+    for worker in workers:
+        env = SERVICES[worker]["environment"]
+        secret = worker.replace("-", "_")
+        assert (env["SP_GRPC_TLS_CERT_FILE"], env["SP_GRPC_TLS_KEY_FILE"], env["SP_GRPC_TLS_CA_FILE"]) == (
+            f"/run/secrets/{secret}_tls_cert", f"/run/secrets/{secret}_tls_key", "/run/secrets/ca_cert")
+        # Its certificate names the worker id it registers with, and the controller's service name.
+        assert env["SP_WORKER_ID"] == worker and env["SP_CONTROLLER_ADDR"].split(":")[0] in CERTIFICATES["controller"]
+
+
 def test_make_up_generates_random_secrets_once_out_of_reach(tmp_path):
     directory = tmp_path / ".secrets"
-    first = ensure_compose_secrets(directory)
-    assert [p.name for p in first] == list(COMPOSE_SECRETS)
+    made = ensure_compose_secrets(directory)
+    assert [p.name for p in made] == [*COMPOSE_SECRETS, "ca.crt", *(f"{name}.{ext}" for name in CERTIFICATES
+                                                                    for ext in ("crt", "key"))]
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    first = made[:len(COMPOSE_SECRETS)]
     values = [read_secret(p).value for p in first]
     assert len(set(values)) == 3 and all(len(v) >= 43 for v in values)      # 256 bits each
-    assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in first)
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in made)
+    assert stat.S_IMODE((directory / "ca.key").stat().st_mode) == 0o600
+    certificates = [p.read_bytes() for p in made[len(COMPOSE_SECRETS):]]
     ensure_compose_secrets(directory)                                         # a second `make up`
     assert [read_secret(p).value for p in first] == values
+    assert [p.read_bytes() for p in made[len(COMPOSE_SECRETS):]] == certificates
     assert ensure_compose_secrets(tmp_path / "other") and read_secret(tmp_path / "other" / "api-token").value \
         not in values
 

@@ -216,6 +216,29 @@ def test_postgres_parts_given_in_full():
     assert conninfo_to_dict(settings.postgres) == {"host": "db", "port": "6543", "dbname": "events", "user": "u"}
 
 
+def test_postgres_over_tls_verifying_the_server(tmp_path):
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    settings = WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_PG_SSLMODE": "verify-full",
+                                        "SP_PG_SSLROOTCERT": str(ca)})
+    conninfo = conninfo_to_dict(settings.postgres)
+    assert (conninfo["sslmode"], conninfo["sslrootcert"]) == ("verify-full", str(ca))
+
+
+@pytest.mark.parametrize("env, variable, needle", [
+    ({"SP_PG_HOST": "db", "SP_PG_SSLMODE": "verify-full"}, "SP_PG_SSLROOTCERT",
+     "is required with SP_PG_SSLMODE=verify-full"),
+    ({"SP_PG_HOST": "db", "SP_PG_SSLMODE": "on"}, "SP_PG_SSLMODE", "'verify-full'"),
+    ({"SP_PG_HOST": "db", "SP_PG_SSLROOTCERT": "/nonexistent/ca.crt"}, "SP_PG_SSLROOTCERT",
+     "cannot read /nonexistent/ca.crt"),
+    ({"SP_PG_HOST": "db", "SP_PG_SSLROOTCERT": str(REPO / "pyproject.toml")}, "SP_PG_SSLROOTCERT",
+     "holds no PEM certificate"),
+    ({"SP_PG_DSN": "host=db", "SP_PG_SSLMODE": "require"}, "SP_PG_DSN", "not both"),
+])
+def test_postgres_tls_bad_settings_name_the_variable(env, variable, needle):
+    assert needle in str(settings_error(lambda: WorkerSettings.from_env(env), variable))
+
+
 def test_the_postgres_password_is_not_shown():
     settings = WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_PG_PASSWORD": "s3cret"})
     assert "s3cret" not in repr(settings)

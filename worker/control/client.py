@@ -17,7 +17,7 @@ import grpc
 
 from sparkpoint import wire
 from sparkpoint.backoff import Backoff
-from sparkpoint.grpcauth import with_token
+from sparkpoint.grpcauth import open_channel, with_token
 from sparkpoint.messages import (
     CheckpointInfo,
     CommitOutcome,
@@ -28,7 +28,7 @@ from sparkpoint.messages import (
     ReportOutcome,
     ReportStatus,
 )
-from sparkpoint.secrets import Secret
+from sparkpoint.secrets import Secret, TlsFiles
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sparkpoint.worker.control")
@@ -64,8 +64,9 @@ class ControllerClient:
     converts); no protobuf type leaves this module."""
 
     def __init__(self, address: str, identity: WorkerIdentity, *, timeout_s: float = 5.0,
-                 checkpoints: Callable[[], list[CheckpointInfo]] = list, token: Secret | None = None) -> None:
-        self._channel = grpc.insecure_channel(address)
+                 checkpoints: Callable[[], list[CheckpointInfo]] = list, token: Secret | None = None,
+                 tls: TlsFiles | None = None) -> None:
+        self._channel = open_channel(address, tls)
         self._stub = pb_grpc.ControllerStub(with_token(self._channel, token))
         self._identity = identity
         self._timeout_s = timeout_s

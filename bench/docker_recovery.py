@@ -9,12 +9,21 @@ restored). A crash is a SIGKILL of the container's init process, which the
 restart policy handles (``docker kill`` is a manual stop to Docker: the
 restart policy ignores it). Also times ``compose up`` -> every worker running.
 
+Each crash is broken down into phases from the container's start time and
+the restarted worker's own log lines (Docker's timestamps): Docker restarts
+the container; the JVM and Spark session start; the pipeline's layout is
+derived (a Spark analysis); the worker registers with the controller;
+restores its checkpoint; starts its queries; and commits its first new batch.
+
 Prints a table and writes it to bench/results/docker_recovery.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -34,17 +43,55 @@ def running(stack: ComposeStack, index: int) -> dict | None:
     return worker if worker and worker["state"] == "running" and worker["last_checkpoint"] else None
 
 
-def crash_to_first_batch(stack: ComposeStack, index: int) -> float:
+# Each phase ends at the first line of the restarted worker's log matching its pattern.
+LOGGED_PHASES = (
+    ("JVM and Spark session", re.compile(r"Spark session started in")),
+    ("pipeline layout (Spark analysis)", re.compile(r"pipeline layout derived in")),
+    ("registration with the controller", re.compile(r"registered as ")),
+    ("checkpoint restore", re.compile(r"restored checkpoint ")),
+    ("queries started", re.compile(r"running \d+ queries")),
+)
+PHASES = ("Docker restarts the container", *(name for name, _ in LOGGED_PHASES), "first new committed batch")
+
+
+def docker_time(stamp: str) -> float:
+    """An RFC 3339 time as Docker writes it (nanoseconds, ``Z``): seconds since the epoch."""
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.timezone.utc).timestamp() + float(
+        f"0.{fraction or 0}")
+
+
+def phase_ends(stack: ComposeStack, index: int, crashed: float) -> list[float]:
+    """When each logged phase of the restarted worker ended (epoch seconds)."""
+    container = stack.container(f"worker-{index}")
+    container.reload()
+    ends = [docker_time(container.attrs["State"]["StartedAt"])]
+    lines = []
+    for line in container.logs(timestamps=True, since=int(crashed)).decode(errors="replace").splitlines():
+        stamp, _, text = line.partition(" ")
+        if docker_time(stamp) > crashed:
+            lines.append((docker_time(stamp), text))
+    for name, pattern in LOGGED_PHASES:
+        found = next((at for at, text in lines if at >= ends[-1] and pattern.search(text)), None)
+        if found is None:
+            raise AssertionError(f"worker-{index}: no log line for the end of {name!r} ({pattern.pattern})")
+        ends.append(found)
+    return ends
+
+
+def crash_to_first_batch(stack: ComposeStack, index: int) -> list[float]:
+    """Seconds of each of ``PHASES`` from the crash to the first new batch."""
     before = wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
     restarts = stack.restart_count(f"worker-{index}")
-    crashed = time.monotonic()
+    crashed = time.time()
     stack.crash(f"worker-{index}")
     wait_until(lambda: stack.restart_count(f"worker-{index}") > restarts, timeout_s=60,
                what=f"worker-{index} restarted by its policy", interval_s=0.1)
 
     wait_until(lambda: new_run_processed(stack.worker(index), before), timeout_s=600,
                what=f"worker-{index}'s first batch after the crash", interval_s=0.1)
-    return time.monotonic() - crashed
+    ends = [crashed, *phase_ends(stack, index, crashed), time.time()]
+    return [later - earlier for earlier, later in zip(ends, ends[1:])]
 
 
 def main() -> None:
@@ -56,7 +103,7 @@ def main() -> None:
     stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {
         "SP_CHECKPOINT_FREQ": str(args.checkpoint_freq), "SP_TRIGGER_INTERVAL": "500",
         "SP_REPORT_INTERVAL": "250", "SP_PRODUCER_RATE": "200"}, free_port())
-    times: list[float] = []
+    crashes: list[list[float]] = []
     try:
         started = time.monotonic()
         stack.up("controller", "producer", "worker-0", "worker-1")
@@ -64,9 +111,10 @@ def main() -> None:
             wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
         startup = time.monotonic() - started
         for kill in range(args.kills):
-            seconds = crash_to_first_batch(stack, kill % 2)
-            times.append(seconds)
-            print(f"crash {kill + 1}: worker-{kill % 2} back with a new batch after {seconds:.1f} s", flush=True)
+            phases = crash_to_first_batch(stack, kill % 2)
+            crashes.append(phases)
+            print(f"crash {kill + 1}: worker-{kill % 2} back with a new batch after {sum(phases):.1f} s ("
+                  + ", ".join(f"{name} {seconds:.1f}" for name, seconds in zip(PHASES, phases)) + ")", flush=True)
     finally:
         stack.down()
     lines = [
@@ -75,7 +123,11 @@ def main() -> None:
         "| measure | median | min | max |",
         "|---|---|---|---|",
         f"| compose up -> both workers running with a checkpoint (s) | {startup:.1f} | | |",
-        spread_row(f"crash -> first new committed batch (s), {len(times)} crashes", times, ".1f"),
+        spread_row(f"crash -> first new committed batch (s), {len(crashes)} crashes", [sum(c) for c in crashes],
+                   ".1f"),
+        *(spread_row(f"  phase: {name} (s)", [c[i] for c in crashes], ".1f") for i, name in enumerate(PHASES)),
+        "",
+        f"Phase medians sum to {sum(statistics.median(c[i] for c in crashes) for i in range(len(PHASES))):.1f} s.",
     ]
     publish_table("docker_recovery", lines)
 

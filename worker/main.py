@@ -58,6 +58,7 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     from worker.runtime.session import MissingJar, start_session
     from worker.stateplan.derive import stateful_schemas
 
+    started = time.monotonic()
     try:
         spark = start_session(settings)
     except MissingJar as error:
@@ -65,12 +66,15 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     except PySparkException as error:
         exit_with_error(PROGRAM, f"cannot start Spark (SP_SPARK_MASTER={settings.spark_master}): "
                                  f"{summarize_error(str(error))}")
+    log.info("Spark session started in %.1f s", time.monotonic() - started)
     if settings.spark_ui_port is not None:
         log.info("Spark's UI: %s", spark.sparkContext.uiWebUrl)
+    started = time.monotonic()
     try:
         layout = pipeline_layout(pipeline, stateful_schemas(pipeline, spark))
     except PySparkException as error:
         exit_with_error(PROGRAM, f"{settings.pipeline}: {summarize_error(str(error))}")
+    log.info("pipeline layout derived in %.1f s", time.monotonic() - started)
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
                               pipeline.fingerprint(), layout.node_names, pipeline.graph())
     client = ControllerClient(settings.controller_addr, identity,

@@ -16,6 +16,17 @@ from worker.sources.log_source import EventLogDataSource
 # The worker's JVM classes (jvm/ in the repository; `make jars` builds the jar
 # into the package, `make deps` and `make images` run it).
 JVM_JAR = Path(__file__).parent / "jars" / "sparkpoint-jvm.jar"
+# The classes the worker's JVM loads, archived for the next start
+# (worker.runtime.classarchive; `make jars` and the image's build write it).
+CLASS_ARCHIVE = JVM_JAR.parent / "spark-classes.jsa"
+
+
+def class_archive_options() -> str:
+    """The driver JVM's options: map the archived classes when there is an
+    archive. (-Xshare:auto, the default, skips one this JVM cannot use:
+    another JDK, changed jars.)"""
+    return f"-XX:SharedArchiveFile={CLASS_ARCHIVE}" if CLASS_ARCHIVE.is_file() else ""
+
 
 # Spark settings the data path depends on.
 SESSION_CONF = {
@@ -42,7 +53,9 @@ class MissingJar(Exception):
     pass
 
 
-def start_session(settings: WorkerSettings) -> SparkSession:
+def start_session(settings: WorkerSettings, *, java_options: str | None = None) -> SparkSession:
+    """The worker's session. ``java_options``: its JVM's options (default:
+    ``class_archive_options()``); a JVM already running in this process keeps its own."""
     if not JVM_JAR.is_file():
         raise MissingJar(f"{JVM_JAR} is missing: `make jars` builds it (`make deps` and `make images` do)")
     # Spark's Python workers must run this interpreter (it has pyarrow and
@@ -57,6 +70,7 @@ def start_session(settings: WorkerSettings) -> SparkSession:
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.driver.extraJavaOptions", class_archive_options() if java_options is None else java_options)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -90,7 +90,8 @@ if [ -n "${POSTGRES_TLS_CERT_FILE:-}${POSTGRES_TLS_KEY_FILE:-}" ]; then
   key="$SOCKETS/server.key"
   install -m 0600 "$POSTGRES_TLS_KEY_FILE" "$key"
   # TCP only with TLS (hostssl), whatever the data directory's pg_hba.conf
-  # says; local sockets (the healthcheck's, initialisation's) as initdb set them.
+  # says; the local socket stays trusted as initdb set it. (The healthcheck's
+  # pg_isready over TCP only asks whether the server answers.)
   hba="$SOCKETS/pg_hba.conf"
   {
     echo "local all all trust"

@@ -69,8 +69,8 @@ def phase_ends(stack: ComposeStack, index: int, crashed: float) -> list[float]:
     lines = []
     for line in container.logs(timestamps=True, since=int(crashed)).decode(errors="replace").splitlines():
         stamp, _, text = line.partition(" ")
-        if docker_time(stamp) > crashed:
-            lines.append((docker_time(stamp), text))
+        if (at := docker_time(stamp)) > crashed:
+            lines.append((at, text))
     for name, pattern in LOGGED_PHASES:
         found = next((at for at, text in lines if at >= ends[-1] and pattern.search(text)), None)
         if found is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from sparkpoint.secrets import create_private_file
 
 CA_NAME = "ca"
 CA_VALIDITY = datetime.timedelta(days=3650)
@@ -34,13 +35,14 @@ class Authority:
     key: ec.EllipticCurvePrivateKey
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """``path`` with ``data``, created with ``mode`` (whatever the umask)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
-    os.chmod(path, mode)
+def _write_pair(key_path: Path, key: ec.EllipticCurvePrivateKey, key_mode: int, cert_path: Path,
+                certificate: x509.Certificate) -> None:
+    """The key (``key_mode``) and its certificate (readable by all), replacing
+    whichever of the two a partial earlier run left."""
+    for path in (key_path, cert_path):
+        path.unlink(missing_ok=True)
+    create_private_file(key_path, _pem_key(key), key_mode)
+    create_private_file(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o444)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -81,8 +83,7 @@ def ensure_ca(directory: Path) -> Authority:
                                                 key_agreement=False, key_cert_sign=True, crl_sign=True,
                                                 encipher_only=False, decipher_only=False), critical=True)
                    .sign(key, hashes.SHA256()))
-    _write(key_path, _pem_key(key), 0o600)
-    _write(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o444)
+    _write_pair(key_path, key, 0o600, cert_path, certificate)
     return Authority(certificate, key)
 
 
@@ -111,6 +112,5 @@ def ensure_certificate(directory: Path, name: str, hosts: list[str], ca: Authori
                    .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                          ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
                    .sign(ca.key, hashes.SHA256()))
-    _write(key_path, _pem_key(key), key_mode)
-    _write(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o444)
+    _write_pair(key_path, key, key_mode, cert_path, certificate)
     return cert_path

@@ -85,15 +85,22 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def ensure_secret(path: Path, mode: int = 0o600) -> Path:
-    """Create ``path`` with a new token unless it exists (its directory 0700);
-    returns it."""
+def create_private_file(path: Path, data: bytes, mode: int) -> None:
+    """Create ``path`` holding ``data``, with ``mode`` whatever the umask, in
+    a directory only its owner reaches (0700, created if missing); leaves an
+    existing file as it is."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
-        return path
-    with os.fdopen(fd, "w") as file:
-        file.write(new_token() + "\n")
-    os.chmod(path, mode)      # whatever the umask
+        return
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+    os.chmod(path, mode)
+
+
+def ensure_secret(path: Path, mode: int = 0o600) -> Path:
+    """Create ``path`` with a new token unless it exists (its directory 0700);
+    returns it."""
+    create_private_file(path, (new_token() + "\n").encode(), mode)
     return path

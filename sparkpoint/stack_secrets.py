@@ -27,11 +27,12 @@ CERTIFICATES = {
 def ensure_compose_secrets(directory: Path) -> list[Path]:
     """``make up``: each of the stack's secrets, generated on first start: the
     tokens, a private CA (``ca.crt``; its key stays here) and the
-    certificates it signs (``NAME.crt``, ``NAME.key``). The directory is 0700 (only its owner reaches
-    the files); the files handed to services are readable by all (0444)
-    because Docker bind-mounts them into containers whose users (10001,
-    postgres) are not the owner, which compose cannot change outside swarm
-    mode (PostgreSQL's entrypoint copies its key to a private 0600 file)."""
+    certificates it signs (``NAME.crt``, ``NAME.key``). The directory is
+    0700 (only its owner reaches the files); the files handed to services
+    are readable by all (0444) because Docker bind-mounts them into
+    containers whose users (10001, postgres) are not the owner, which
+    compose cannot change outside swarm mode (PostgreSQL's entrypoint copies
+    its key to a private 0600 file)."""
     tokens = [ensure_secret(directory / name, 0o444) for name in COMPOSE_SECRETS]
     ca = pki.ensure_ca(directory)
     certificates = [pki.ensure_certificate(directory, name, hosts, ca, key_mode=0o444)

@@ -15,6 +15,14 @@ the container; the JVM and Spark session start; the pipeline's layout is
 derived (a Spark analysis); the worker registers with the controller;
 restores its checkpoint; starts its queries; and commits its first new batch.
 
+Then fails a query ``--query-failures`` times, alternating workers: a SIGKILL
+of the Python process Spark hosts the event log source's reader in for one
+query (``python_streaming_source_runner``), as a crashed Python worker would;
+the worker restarts its queries in its living Spark session. Timed failure ->
+the worker's first new committed batch, in phases from its log lines: the
+failure seen; the queries stopped (the restart decided); registration;
+restore; queries started; first new batch.
+
 Prints a table and writes it to bench/results/docker_recovery.md.
 """
 
@@ -22,8 +30,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
-import statistics
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +61,13 @@ LOGGED_PHASES = (
     ("queries started", re.compile(r"running \d+ queries")),
 )
 PHASES = ("Docker restarts the container", *(name for name, _ in LOGGED_PHASES), "first new committed batch")
+RESTART_PHASES = (
+    ("the failure seen by the worker", re.compile(r"query \S+ failed: ")),
+    ("queries stopped, restart decided", re.compile(r"restart \d+: restoring")),
+    *LOGGED_PHASES[2:],
+)
+QUERY_PHASES = (*(name for name, _ in RESTART_PHASES), "first new committed batch")
+SOURCE_RUNNER = "python_streaming_source_runner"
 
 
 def docker_time(stamp: str) -> float:
@@ -61,22 +77,23 @@ def docker_time(stamp: str) -> float:
         f"0.{fraction or 0}")
 
 
-def phase_ends(stack: ComposeStack, index: int, crashed: float) -> list[float]:
-    """When each logged phase of the restarted worker ended (epoch seconds)."""
+def phase_ends(stack: ComposeStack, index: int, since: float, phases: tuple, started: float | None = None
+               ) -> list[float]:
+    """When each of the worker's logged ``phases`` ended (epoch seconds), in
+    order, after ``since``; first ``started`` if given."""
     container = stack.container(f"worker-{index}")
-    container.reload()
-    ends = [docker_time(container.attrs["State"]["StartedAt"])]
+    ends = [since if started is None else started]
     lines = []
-    for line in container.logs(timestamps=True, since=int(crashed)).decode(errors="replace").splitlines():
+    for line in container.logs(timestamps=True, since=int(since)).decode(errors="replace").splitlines():
         stamp, _, text = line.partition(" ")
-        if (at := docker_time(stamp)) > crashed:
+        if (at := docker_time(stamp)) > since:
             lines.append((at, text))
-    for name, pattern in LOGGED_PHASES:
+    for name, pattern in phases:
         found = next((at for at, text in lines if at >= ends[-1] and pattern.search(text)), None)
         if found is None:
             raise AssertionError(f"worker-{index}: no log line for the end of {name!r} ({pattern.pattern})")
         ends.append(found)
-    return ends
+    return ends if started is not None else ends[1:]
 
 
 def crash_to_first_batch(stack: ComposeStack, index: int) -> list[float]:
@@ -90,13 +107,47 @@ def crash_to_first_batch(stack: ComposeStack, index: int) -> list[float]:
 
     wait_until(lambda: new_run_processed(stack.worker(index), before), timeout_s=600,
                what=f"worker-{index}'s first batch after the crash", interval_s=0.1)
-    ends = [crashed, *phase_ends(stack, index, crashed), time.time()]
+    container = stack.container(f"worker-{index}")
+    container.reload()
+    started = docker_time(container.attrs["State"]["StartedAt"])
+    ends = [crashed, *phase_ends(stack, index, crashed, LOGGED_PHASES, started), time.time()]
     return [later - earlier for earlier, later in zip(ends, ends[1:])]
+
+
+def fail_a_query(stack: ComposeStack, index: int) -> float:
+    """SIGKILL the source reader's Python process of one of worker
+    ``index``'s queries (from the host: ``top`` gives host pids); when."""
+    top = stack.container(f"worker-{index}").top(ps_args="-eo pid,args")
+    pids = [int(row[0]) for row in top["Processes"] if SOURCE_RUNNER in row[1]]
+    assert pids, f"worker-{index}: no {SOURCE_RUNNER} process"
+    failed = time.time()
+    os.kill(pids[0], signal.SIGKILL)
+    return failed
+
+
+def query_failure_to_first_batch(stack: ComposeStack, index: int) -> list[float]:
+    """Seconds of each of ``QUERY_PHASES`` from a query's failure to the
+    worker's first new batch."""
+    before = wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
+    failed = fail_a_query(stack, index)
+    wait_until(lambda: new_run_processed(stack.worker(index), before), timeout_s=600,
+               what=f"worker-{index}'s first batch after a query failed", interval_s=0.1)
+    ends = [failed, *phase_ends(stack, index, failed, RESTART_PHASES), time.time()]
+    return [later - earlier for earlier, later in zip(ends, ends[1:])]
+
+
+def report(name: str, runs: list[list[float]], phases: tuple[str, ...]) -> list[str]:
+    """Table rows: the total and each phase, median/min/max over ``runs``."""
+    return [
+        spread_row(f"{name} (s), {len(runs)} times", [sum(r) for r in runs], ".1f"),
+        *(spread_row(f"  phase: {phase} (s)", [r[i] for r in runs], ".1f") for i, phase in enumerate(phases)),
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--query-failures", type=int, default=5)
     parser.add_argument("--checkpoint-freq", type=int, default=1000, help="SP_CHECKPOINT_FREQ (ms)")
     args = parser.parse_args()
     subprocess.run(["make", "images"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
@@ -104,6 +155,7 @@ def main() -> None:
         "SP_CHECKPOINT_FREQ": str(args.checkpoint_freq), "SP_TRIGGER_INTERVAL": "500",
         "SP_REPORT_INTERVAL": "250", "SP_PRODUCER_RATE": "200"}, free_port())
     crashes: list[list[float]] = []
+    failures: list[list[float]] = []
     try:
         started = time.monotonic()
         stack.up("controller", "producer", "worker-0", "worker-1")
@@ -115,6 +167,12 @@ def main() -> None:
             crashes.append(phases)
             print(f"crash {kill + 1}: worker-{kill % 2} back with a new batch after {sum(phases):.1f} s ("
                   + ", ".join(f"{name} {seconds:.1f}" for name, seconds in zip(PHASES, phases)) + ")", flush=True)
+        for failure in range(args.query_failures):
+            phases = query_failure_to_first_batch(stack, failure % 2)
+            failures.append(phases)
+            print(f"query failure {failure + 1}: worker-{failure % 2} back with a new batch after "
+                  f"{sum(phases):.1f} s (" + ", ".join(f"{name} {seconds:.1f}" for name, seconds
+                                                       in zip(QUERY_PHASES, phases)) + ")", flush=True)
     finally:
         stack.down()
     lines = [
@@ -123,11 +181,9 @@ def main() -> None:
         "| measure | median | min | max |",
         "|---|---|---|---|",
         f"| compose up -> both workers running with a checkpoint (s) | {startup:.1f} | | |",
-        spread_row(f"crash -> first new committed batch (s), {len(crashes)} crashes", [sum(c) for c in crashes],
-                   ".1f"),
-        *(spread_row(f"  phase: {name} (s)", [c[i] for c in crashes], ".1f") for i, name in enumerate(PHASES)),
-        "",
-        f"Phase medians sum to {sum(statistics.median(c[i] for c in crashes) for i in range(len(PHASES))):.1f} s.",
+        *(report("container crash -> first new committed batch", crashes, PHASES) if crashes else ()),
+        *(report("query failure -> first new committed batch (restart in the living JVM)", failures,
+                 QUERY_PHASES) if failures else ()),
     ]
     publish_table("docker_recovery", lines)
 

@@ -4,6 +4,7 @@ StreamingQueryProgress-shaped dicts, error summaries, worker_state, Backoff."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -238,3 +239,22 @@ def test_the_listener_ignores_a_restarted_runs_late_events():
     assert [(q.batch_id, q.rows_processed, q.error) for q in tracker.snapshot()] == [(8, 5, "")]
     listener.terminated("run-2", "ValueError: boom")
     assert tracker.snapshot()[0].error == "ValueError: boom"
+
+
+def test_the_listener_logs_each_runs_first_batch_with_rows_once(caplog):
+    from worker.runtime.progress import SparkProgressListener
+
+    listener = SparkProgressListener(ProgressTracker())
+    listener.started("run-1", "out")
+
+    def progress(batch_id: int, rows: int) -> str:
+        return json.dumps({"name": "out", "id": "q1", "runId": "run-1", "batchId": batch_id, "numInputRows": rows,
+                           "timestamp": f"2026-11-27T10:00:0{batch_id}.000Z", "sources": [],
+                           "durationMs": {"addBatch": 40 * batch_id, "triggerExecution": 50 * batch_id}})
+
+    with caplog.at_level(logging.INFO, logger="worker.runtime.progress"):
+        for batch_id, rows in ((1, 0), (2, 7), (3, 9)):
+            listener.progressed(progress(batch_id, rows))
+    assert [r.getMessage() for r in caplog.records] == [
+        'query out: first batch with rows of this run: batch 2, 7 rows, started 2026-11-27T10:00:02.000Z, '
+        'took {"addBatch": 80, "triggerExecution": 100} ms']

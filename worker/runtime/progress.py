@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from sparkpoint.messages import QueryProgress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception)[\w.]*): .+")
 
@@ -108,6 +111,7 @@ class SparkProgressListener:
         self.on_batch = on_batch
         # Spark names a terminated query only by its ids: remembered from its start.
         self._names_by_run: dict[str, str] = {}
+        self._runs_with_rows: set[str] = set()     # runs whose first batch with rows was logged
         self._registered = None     # the Java listener, while registered
 
     def register(self, spark: SparkSession) -> None:
@@ -132,9 +136,16 @@ class SparkProgressListener:
     def progressed(self, progress_json: str) -> None:
         """``progress_json``: ``StreamingQueryProgress.json``."""
         progress = json.loads(progress_json)
-        if str(progress.get("runId")) not in self._names_by_run:
+        run_id = str(progress.get("runId"))
+        if run_id not in self._names_by_run:
             return
         self.tracker.on_progress(progress)
+        if run_id not in self._runs_with_rows and int(progress.get("numInputRows") or 0) > 0:
+            # Where a (re)started query's first real batch spends its time.
+            self._runs_with_rows.add(run_id)
+            log.info("query %s: first batch with rows of this run: batch %s, %s rows, started %s, took %s ms",
+                     self._names_by_run[run_id], progress.get("batchId"), progress.get("numInputRows"),
+                     progress.get("timestamp"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
         self.on_batch()
 
     def terminated(self, run_id: str, exception: str | None) -> None:

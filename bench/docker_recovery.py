@@ -45,6 +45,7 @@ from bench.report import publish_table, spread_row  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
 from tests.chaos.compose import REPO, ComposeStack  # noqa: E402
 from tests.support import new_run_processed, wait_until  # noqa: E402
+from worker.lifecycle.restarts import STABLE_RUN_S  # noqa: E402
 
 
 def running(stack: ComposeStack, index: int) -> dict | None:
@@ -75,6 +76,12 @@ def docker_time(stamp: str) -> float:
     head, _, fraction = stamp.rstrip("Z").partition(".")
     return datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.timezone.utc).timestamp() + float(
         f"0.{fraction or 0}")
+
+
+def first_batches(stack: ComposeStack, index: int, since: float) -> list[str]:
+    """The worker's log lines on each query's first batch with rows since ``since``."""
+    logs = stack.container(f"worker-{index}").logs(timestamps=True, since=int(since)).decode(errors="replace")
+    return [line for line in logs.splitlines() if "first batch with rows" in line]
 
 
 def phase_ends(stack: ComposeStack, index: int, since: float, phases: tuple, started: float | None = None
@@ -163,13 +170,23 @@ def main() -> None:
             wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
         startup = time.monotonic() - started
         for kill in range(args.kills):
+            crashed_at = time.time()
             phases = crash_to_first_batch(stack, kill % 2)
+            print("\n".join(first_batches(stack, kill % 2, crashed_at)))
             crashes.append(phases)
             print(f"crash {kill + 1}: worker-{kill % 2} back with a new batch after {sum(phases):.1f} s ("
                   + ", ".join(f"{name} {seconds:.1f}" for name, seconds in zip(PHASES, phases)) + ")", flush=True)
+        stable_at = {index: time.time() + STABLE_RUN_S for index in (0, 1)}
         for failure in range(args.query_failures):
-            phases = query_failure_to_first_batch(stack, failure % 2)
+            index = failure % 2
+            # Isolated failures: one within STABLE_RUN_S of its run's start
+            # counts as "in a row" to the restart policy, which backs off.
+            time.sleep(max(0.0, stable_at[index] - time.time()))
+            failed_at = time.time()
+            phases = query_failure_to_first_batch(stack, index)
+            stable_at[index] = time.time() + STABLE_RUN_S
             failures.append(phases)
+            print("\n".join(first_batches(stack, index, failed_at)))
             print(f"query failure {failure + 1}: worker-{failure % 2} back with a new batch after "
                   f"{sum(phases):.1f} s (" + ", ".join(f"{name} {seconds:.1f}" for name, seconds
                                                        in zip(QUERY_PHASES, phases)) + ")", flush=True)

@@ -258,3 +258,15 @@ def test_the_listener_logs_each_runs_first_batch_with_rows_once(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         'query out: first batch with rows of this run: batch 2, 7 rows, started 2026-11-27T10:00:02.000Z, '
         'took {"addBatch": 80, "triggerExecution": 100} ms']
+
+
+def test_the_listener_says_when_one_of_its_queries_ended():
+    from worker.runtime.progress import SparkProgressListener
+
+    ended: list[str] = []
+    listener = SparkProgressListener(ProgressTracker(), on_terminated=lambda: ended.append("ended"))
+    listener.started("run-2", "out")
+    listener.terminated("run-1", "ValueError: an earlier run's")
+    assert ended == []
+    listener.terminated("run-2", None)
+    assert ended == ["ended"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,8 @@ class LiveRun:
     restarts: Callable[[], Restarts] = Restarts     # the worker's restarts in its Spark session so far
     failure: str = ""           # the failed query's error (Spark's text), when one failed
     restarting: bool = False    # a query failed: this run ends, the next restores in the same session
+    # Set when one of the run's queries ends (Spark's listener): wakes the supervisor at once.
+    terminated: threading.Event = field(default_factory=threading.Event)
 
     def report(self, publisher: Publisher, commands: CommandBook, settings: WorkerSettings) -> ProgressReport:
         """The next progress report (the reporter numbers it); writes the

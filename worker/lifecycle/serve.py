@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,7 @@ from worker.stateplan.layout import PipelineLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("sparkpoint.worker")
 PROGRAM = "sparkpoint-worker"
@@ -144,13 +146,14 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
 
 
 def supervise(live: LiveRun, pipeline: Pipeline, restart: threading.Event, stop: threading.Event,
-              refused: threading.Event, on_finished: Callable[[], None]) -> RunEnd:
+              refused: threading.Event, on_finished: Callable[[], None], poll_s: float = 0.5) -> RunEnd:
     """Watch the queries until one fails (``QUERY_FAILED``, its error in
     ``live.failure``), a restart is asked for, the
     controller refuses this worker (``refused``: it was released, and
     another worker id holds its index), or ``stop``. A bounded branch whose
     query ends without error is finished: its nodes are recorded
-    (``on_finished``), and the others go on."""
+    (``on_finished``), and the others go on. A query's end
+    (``live.terminated``) wakes it at once; the rest is seen within ``poll_s``."""
     bounded = {b.sink.name for b in pipeline.branches if b.bounded}
     while not stop.is_set() and not restart.is_set():
         if refused.is_set():
@@ -169,8 +172,20 @@ def supervise(live: LiveRun, pipeline: Pipeline, restart: threading.Event, stop:
             log.error("query %s failed: %s", query.name, summarize_error(str(error)))
             live.failure = str(error)
             return RunEnd.QUERY_FAILED
-        stop.wait(0.5)
+        live.terminated.wait(poll_s)
+        live.terminated.clear()
     return RunEnd.STOPPED if stop.is_set() else RunEnd.RESTART
+
+
+def stop_queries(queries: list[StreamingQuery]) -> None:
+    """Stop them together, not one after the other: each stop waits for its
+    query's batch in flight. Every stop is tried; then the first error, if
+    any, is raised."""
+    if queries:
+        with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="stop-query") as pool:
+            stops = [pool.submit(query.stop) for query in queries]
+        for stop in stops:
+            stop.result()
 
 
 def after_failure(session: Session, live: LiveRun) -> RunOutcome:
@@ -237,7 +252,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         live.finished = staying_finished(pipeline, resumed)
         for query in resumed.queries if resumed else ():
             live.tracker.restored(query.name, query.batch_id, query.offsets, finished=query.name in live.finished)
-        listener = SparkProgressListener(live.tracker, on_batch=publisher.wake)
+        listener = SparkProgressListener(live.tracker, on_batch=publisher.wake, on_terminated=live.terminated.set)
         listener.register(spark)
         live.queries = start_queries(spark, pipeline, settings, query_root,
                                      {p.name: p.staging.run_dir for p in publisher.publications}, live.finished)
@@ -259,8 +274,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         end = supervise(live, pipeline, commands.restart, stop, reporter.refused, finished)
         if live.runner is not None:
             live.runner.stop()
-        for query in live.queries:
-            query.stop()
+        stop_queries(live.queries)
         # 8.
         return after_failure(session, live) if end is RunEnd.QUERY_FAILED else RunOutcome(end)
     finally:

@@ -98,7 +98,8 @@ class ProgressTracker:
 
 class SparkProgressListener:
     """Forwards Spark's query events to a tracker (on Spark's listener
-    thread); ``on_batch`` is called after each batch (the publisher's wake-up).
+    thread); ``on_batch`` is called after each batch (the publisher's
+    wake-up), ``on_terminated`` when one of its queries ends (the supervisor's).
     ``register`` subscribes it to a session's queries, ``unregister`` ends that.
 
     Only the query runs it saw start count: an earlier run in the same
@@ -106,9 +107,11 @@ class SparkProgressListener:
     query names and ids (restored from the checkpoint); each start has a
     run id of its own."""
 
-    def __init__(self, tracker: ProgressTracker, on_batch: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, tracker: ProgressTracker, on_batch: Callable[[], None] = lambda: None,
+                 on_terminated: Callable[[], None] = lambda: None) -> None:
         self.tracker = tracker
         self.on_batch = on_batch
+        self.on_terminated = on_terminated
         # Spark names a terminated query only by its ids: remembered from its start.
         self._names_by_run: dict[str, str] = {}
         self._runs_with_rows: set[str] = set()     # runs whose first batch with rows was logged
@@ -152,6 +155,7 @@ class SparkProgressListener:
         name = self._names_by_run.get(run_id)
         if name is not None:
             self.tracker.on_terminated(name, exception)
+            self.on_terminated()
 
 
 class _EventBridge:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Literal
 
@@ -79,6 +80,10 @@ class WorkerSettings(Settings):
     shuffle_partitions: int = Field(
         1, ge=1, description="`spark.sql.shuffle.partitions` (fixed for a query's lifetime; one worker's state is "
                              "small: more partitions mean more tasks and state files every batch)")
+    java_options: str = Field(
+        "", validation_alias="SP_JAVA_OPTIONS",
+        description="options of the worker's Spark JVM (`spark.driver.extraJavaOptions`, after those that map "
+                    "the class archive), split as a shell would")
     max_records_per_batch: int = Field(
         200_000, ge=0, description="per-batch record cap on sources (`0` = none): it bounds the batches a "
                                    "recovery replays, not a live stream; `from_log(max_records_per_batch=)` overrides")
@@ -129,6 +134,15 @@ class WorkerSettings(Settings):
         if not limits.NAME.fullmatch(worker_id):
             raise ValueError(f"{shown(worker_id)} is not a valid worker id ({limits.NAME_RULE})")
         return worker_id
+
+    @field_validator("java_options")
+    @classmethod
+    def _shell_words(cls, options: str) -> str:
+        try:
+            shlex.split(options)
+        except ValueError as error:
+            raise ValueError(f"cannot split {shown(options)} into options ({error})") from None
+        return options
 
     @field_validator("pg_dsn")
     @classmethod

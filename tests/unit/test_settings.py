@@ -169,6 +169,7 @@ def test_worker_index_must_be_below_count():
     ("SP_SPARK_UI_PORT", "ui"),
     ("SP_WORKER_ID", "../worker-0"),
     ("SP_WORKER_ID", "w" * 65),
+    ("SP_JAVA_OPTIONS", "-Dname='unclosed"),
 ])
 def test_worker_bad_values_name_the_variable(variable, value):
     settings_error(lambda: WorkerSettings.from_env({variable: value}), variable)
@@ -383,3 +384,15 @@ def test_worker_cli_refuses_a_transactional_postgres_sink_without_checkpoints():
 
 def test_worker_cli_missing_pipeline_file():
     assert_one_line_error(run_module("worker", SP_PIPELINE="/nonexistent/p.py"), "/nonexistent/p.py")
+
+
+def test_the_workers_jvm_options_follow_the_class_archives(monkeypatch, tmp_path):
+    from worker.runtime import session
+
+    archive = tmp_path / "spark-classes.jsa"
+    monkeypatch.setattr(session, "CLASS_ARCHIVE", archive)
+    settings = WorkerSettings.from_env({"SP_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -Dx='a b'"})
+    assert session.driver_java_options(settings) == "-XX:TieredStopAtLevel=1 -Dx='a b'"
+    archive.write_bytes(b"")
+    assert session.driver_java_options(settings) == f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dx='a b'"
+    assert session.driver_java_options(WorkerSettings.from_env({})) == f"-XX:SharedArchiveFile={archive}"

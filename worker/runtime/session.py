@@ -28,6 +28,12 @@ def class_archive_options() -> str:
     return f"-XX:SharedArchiveFile={CLASS_ARCHIVE}" if CLASS_ARCHIVE.is_file() else ""
 
 
+def driver_java_options(settings: WorkerSettings) -> str:
+    """The class archive's options, then the user's (``SP_JAVA_OPTIONS``:
+    a later option wins in the JVM)."""
+    return " ".join(filter(None, (class_archive_options(), settings.java_options)))
+
+
 # Spark settings the data path depends on.
 SESSION_CONF = {
     # Hadoop's local file system, minus a `chmod` process per file it
@@ -55,7 +61,7 @@ class MissingJar(Exception):
 
 def start_session(settings: WorkerSettings, *, java_options: str | None = None) -> SparkSession:
     """The worker's session. ``java_options``: its JVM's options (default:
-    ``class_archive_options()``); a JVM already running in this process keeps its own."""
+    ``driver_java_options``); a JVM already running in this process keeps its own."""
     if not JVM_JAR.is_file():
         raise MissingJar(f"{JVM_JAR} is missing: `make jars` builds it (`make deps` and `make images` do)")
     # Spark's Python workers must run this interpreter (it has pyarrow and
@@ -70,7 +76,8 @@ def start_session(settings: WorkerSettings, *, java_options: str | None = None) 
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
-        .config("spark.driver.extraJavaOptions", class_archive_options() if java_options is None else java_options)
+        .config("spark.driver.extraJavaOptions", driver_java_options(settings) if java_options is None
+                else java_options)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

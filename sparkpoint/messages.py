@@ -109,6 +109,20 @@ class VolumeUse:
 
 
 @dataclass(frozen=True)
+class VolumeFence:
+    """A worker's checkpoint volume (its id) and which taking of its lock
+    this process holds (``generation``: each process taking it counts one
+    up). The lock is released only when its holder ends, so a later
+    generation of the same volume proves every earlier holder gone."""
+
+    volume_id: str = ""         # "": no fence
+    generation: int = 0
+
+    def supersedes(self, other: VolumeFence) -> bool:
+        return bool(self.volume_id) and self.volume_id == other.volume_id and self.generation > other.generation
+
+
+@dataclass(frozen=True)
 class Registration:
     worker_id: str
     worker_index: int
@@ -118,6 +132,7 @@ class Registration:
     checkpoints: tuple[CheckpointInfo, ...] = ()    # durable on the worker's volume, oldest first
     nodes: tuple[PipelineNode, ...] = ()            # the graph, in pipeline order
     session_id: str = ""                            # the session this continues ("": a new process)
+    fence: VolumeFence = VolumeFence()              # its checkpoint volume's, as this process holds it
 
 
 @dataclass(frozen=True)

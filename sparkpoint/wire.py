@@ -32,6 +32,7 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    VolumeFence,
     VolumeUse,
     WorkerState,
 )
@@ -118,6 +119,7 @@ def registration_to_pb(registration: Registration) -> pb.RegisterRequest:
         nodes=[pb.PipelineNode(name=n.name, kind=n.kind, stateful=n.stateful, inputs=list(n.inputs))
                for n in registration.nodes],
         session_id=registration.session_id,
+        fence=pb.VolumeFence(volume_id=registration.fence.volume_id, generation=registration.fence.generation),
     )
 
 
@@ -131,6 +133,7 @@ def registration_from_pb(request: pb.RegisterRequest) -> Registration:
         checkpoints=tuple(checkpoint_from_pb(c) for c in request.checkpoints),
         nodes=tuple(PipelineNode(n.name, n.kind, n.stateful, tuple(n.inputs)) for n in request.nodes),
         session_id=request.session_id,
+        fence=VolumeFence(request.fence.volume_id, request.fence.generation),
     )
 
 

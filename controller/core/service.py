@@ -104,7 +104,9 @@ class ControllerService:
            configured worker count.
         2. Refuse a second worker id claiming an index another worker holds,
            a second process taking the session of a live one (``SessionActive``:
-           it may retry once that one has been silent ``TAKEOVER_SILENCE_S``),
+           it may retry once that one has been silent ``TAKEOVER_SILENCE_S``,
+           unless it holds a later generation of the same checkpoint volume's
+           fence: then that one's process is gone),
            and checkpoints too far past the newest known of this worker.
         3. Record it under a new session id: reports and commits of older
            sessions become stale.
@@ -129,7 +131,8 @@ class ControllerService:
                     f"worker index {registration.worker_index} is already held by {holder.worker_id}; "
                     f"{registration.worker_id} needs a different SP_WORKER_INDEX")
             known = self._table.workers.get(registration.worker_id)
-            if known is not None and known.session_id != registration.session_id:
+            if (known is not None and known.session_id != registration.session_id
+                    and not registration.fence.supersedes(known.fence)):
                 silent_s = self._clock() - known.last_heartbeat
                 if silent_s < TAKEOVER_SILENCE_S:
                     raise SessionActive(

@@ -139,6 +139,8 @@ def registration(request: Registration) -> Registration:
     _graph(request.nodes)
     if request.session_id:
         _token(request.session_id, "session_id")
+    _token(request.fence.volume_id, "fence.volume_id")
+    _integer(request.fence.generation, "fence.generation")
     return request
 
 

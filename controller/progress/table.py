@@ -19,6 +19,7 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    VolumeFence,
     VolumeUse,
     WorkerState,
 )
@@ -52,6 +53,7 @@ class WorkerRecord:
     recoveries: int = 0                             # recoveries that caught up
     last_recovery_started_at: float = 0.0           # the worker's clock: which recovery was counted last
     restarts: Restarts = Restarts()                 # in its living Spark session, as last reported
+    fence: VolumeFence = VolumeFence()              # its checkpoint volume's, as the session's process holds it
 
     @property
     def last_checkpoint_id(self) -> int:
@@ -112,6 +114,7 @@ class ProgressTable:
             last_recovery_started_at=previous.last_recovery_started_at if previous else 0.0,
             # Registering again is how a worker restarts in its Spark session: its restarts stay shown.
             restarts=previous.restarts if previous else Restarts(),
+            fence=registration.fence,
         )
         self.workers[registration.worker_id] = record
         return record
@@ -183,7 +186,7 @@ class ProgressTable:
             table.workers[item["worker_id"]] = WorkerRecord(
                 **{k: v for k, v in item.items()
                    if k not in ("state", "queries", "last_checkpoint", "recovery", "sinks", "nodes", "finished_nodes",
-                                "checkpoints", "checkpoint_volume", "restarts")},
+                                "checkpoints", "checkpoint_volume", "restarts", "fence")},
                 state=WorkerState(item["state"]),
                 queries=tuple(QueryProgress(**q) for q in item.get("queries", [])),
                 last_checkpoint=None if checkpoint is None else _checkpoint(checkpoint),
@@ -194,6 +197,7 @@ class ProgressTable:
                 recovery=Recovery(**item.get("recovery", {})),
                 checkpoint_volume=VolumeUse(**item.get("checkpoint_volume", {})),
                 restarts=Restarts(**item.get("restarts", {})),
+                fence=VolumeFence(**item.get("fence", {})),
                 sinks=tuple(SinkProgress(**{**sink, "state": SinkState(sink["state"]),
                                             "contract": _contract(sink.get("contract"))})
                             for sink in item.get("sinks", [])),

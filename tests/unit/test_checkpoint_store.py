@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkpoint.messages import VolumeFence
 from worker.checkpointing.manifest import FileEntry, Manifest, ManifestError, QueryCut
 from worker.checkpointing.store import CheckpointStore, CorruptCheckpoint, FenceError
 
@@ -218,19 +219,35 @@ def test_a_store_locked_by_another_process_is_fenced(tmp_path):
     store.release()
 
 
-def test_unreadable_manifests_are_quarantined_and_named(tmp_path):
-    store = CheckpointStore(tmp_path)
-    store.manifests_dir.mkdir(parents=True)
-    store.manifest_path(4).write_text('{"checkpoint_id": 4, "trunc')
-    problems = store.quarantine_unreadable()
-    assert len(problems) == 1 and "000000000004.json" in problems[0]
-    assert store.checkpoint_ids() == [] and store.highest_id_ever() == 4
+def test_each_taking_of_the_lock_counts_one_generation_of_the_volumes_fence(tmp_path):
+    root = tmp_path / "store"
+    holder = CheckpointStore(root)
+    first = holder.acquire("worker-0")
+    assert len(first.volume_id) == 32 and first.generation == 1
+    with pytest.raises(FenceError):
+        CheckpointStore(root).acquire("worker-0 again")     # refused: counts nothing
+    holder.release()                                        # as when its process ends
+    store = CheckpointStore(root)
+    assert store.acquire("worker-0 restarted") == VolumeFence(first.volume_id, 2) == store.fence
+    assert (root / "FENCE").read_text() == f"{first.volume_id} 2\n"
+    store.release()
+    (root / "FENCE").write_text("torn")
+    fresh = CheckpointStore(root).acquire("worker-0")
+    assert fresh.volume_id != first.volume_id and fresh.generation == 1     # proves nothing: a new id
 
 
-def test_start_up_removes_temporary_manifests_a_crash_left(tmp_path):
-    store = CheckpointStore(tmp_path)
-    store.manifests_dir.mkdir(parents=True)
-    stray = store.manifests_dir / ".000000000005.json.abc.tmp"
-    stray.write_text("{")
-    assert store.quarantine_unreadable() == []
-    assert not stray.exists()
+def test_a_fence_that_cannot_be_counted_is_no_fence_and_the_store_still_locked(tmp_path, monkeypatch, caplog):
+    import errno
+
+    from worker.checkpointing import store as store_module
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(store_module, "atomic_write", full)
+    store = CheckpointStore(tmp_path / "store")
+    assert store.acquire("worker-0") == VolumeFence()      # the controller waits out the silence instead
+    assert "registering without a fence" in caplog.text
+    with pytest.raises(FenceError):
+        CheckpointStore(tmp_path / "store").acquire("worker-0 again")
+    store.release()

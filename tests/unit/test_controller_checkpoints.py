@@ -4,6 +4,8 @@ view, and the CommitCheckpoint RPC end to end (in-process gRPC)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from controller.checkpointing.store import ControllerCheckpointError, ControllerCheckpointStore
@@ -16,6 +18,7 @@ from sparkpoint.messages import (
     Recovery,
     Registration,
     ReportStatus,
+    VolumeFence,
     WorkerState,
 )
 from tests.unit.fakes import new_service, process_died
@@ -109,7 +112,7 @@ def test_no_checkpoints_on_the_volume_restores_nothing_but_keeps_the_id(service,
 # --- the controller's own checkpoint ---------------------------------------------------
 
 def test_snapshot_round_trip_through_the_controller_checkpoint_store(service, clock, tmp_path):
-    service.register(registration("w0", 0))
+    service.register(dataclasses.replace(registration("w0", 0), fence=VolumeFence("c" * 32, 2)))
     service.register(registration("w1", 1))
     service.report_progress(ProgressReport("w0", "s1", 1, WorkerState.RUNNING,
                                            (QueryProgress("counts", 3, {"0": 120}, 40, 2.5),)))
@@ -123,6 +126,7 @@ def test_snapshot_round_trip_through_the_controller_checkpoint_store(service, cl
         assert restarted.worker(worker_id) == service.worker(worker_id)
     record = restarted.worker("w0")
     assert (record.last_checkpoint, record.state, record.session_id) == (checkpoint(4), WorkerState.RUNNING, "s1")
+    assert record.fence == VolumeFence("c" * 32, 2)
     # The worker carries on without registering again.
     assert restarted.report_progress(ProgressReport("w0", "s1", 2, WorkerState.RUNNING)).status \
         is ReportStatus.ACCEPTED

@@ -17,6 +17,7 @@ from sparkpoint.messages import (
     ReportStatus,
     Restarts,
     RestoreDecision,
+    VolumeFence,
     WorkerState,
 )
 from tests.unit.fakes import process_died
@@ -89,6 +90,20 @@ def test_a_second_process_cannot_take_a_live_workers_session(service, clock):
     clock.now += TAKEOVER_SILENCE_S          # now w0 is silent: its process is gone
     taken = service.register(registration()).session_id
     assert taken != session and service.report_progress(report(session, 3)).status == ReportStatus.STALE
+
+
+def test_a_later_generation_of_the_same_volumes_fence_takes_over_at_once(service, clock):
+    """The restarted container took its checkpoint volume's lock after the
+    live session's process: that process is gone, no silence to wait out."""
+    volume = "a" * 32
+    session = service.register(dataclasses.replace(registration(), fence=VolumeFence(volume, 4))).session_id
+    assert service.report_progress(report(session, 1)).status == ReportStatus.ACCEPTED   # alive a moment ago
+    for not_later in (VolumeFence(volume, 4), VolumeFence(volume, 3), VolumeFence("b" * 32, 5), VolumeFence()):
+        with pytest.raises(SessionActive):
+            service.register(dataclasses.replace(registration(), fence=not_later))
+    taken = service.register(dataclasses.replace(registration(), fence=VolumeFence(volume, 5))).session_id
+    assert taken != session and service.report_progress(report(session, 2)).status == ReportStatus.STALE
+    assert service.worker("w0").fence == VolumeFence(volume, 5)
 
 
 def test_the_same_process_registers_again_naming_its_session(service):

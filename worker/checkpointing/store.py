@@ -1,6 +1,9 @@
 """The durable checkpoint store on the worker's volume (``SP_CHECKPOINT_DIR``)::
 
     LOCK                     held (flock) by the one live worker using the store
+    FENCE                    "<volume id> <generation>": the store's id, and how many
+                             processes have taken LOCK (the controller's proof that
+                             an earlier holder is gone)
     blobs/ab/abcdef...       file contents, named by SHA-256 (copied once, shared)
     manifests/000000000042.json
 
@@ -13,15 +16,20 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.fileio import atomic_write, fsync_dir, sha256_of
+from sparkpoint.messages import VolumeFence
 from sparkpoint.storelayout import BLOBS, MANIFESTS, manifest_name
 from worker.checkpointing.manifest import Manifest, ManifestError
+
+log = logging.getLogger("sparkpoint.worker.checkpoints")
 
 _COPY_CHUNK = 1 << 20
 
@@ -47,10 +55,13 @@ class CheckpointStore:
         self.blobs = self.root / BLOBS
         self.manifests_dir = self.root / MANIFESTS
         self._lock_fd: int | None = None
+        self.fence = VolumeFence()      # once acquired: the store's id and this taking of its lock
 
     # -- fencing ---------------------------------------------------------
-    def acquire(self, owner: str) -> None:
-        """Take the store's lock for this process's lifetime, or fail naming the holder."""
+    def acquire(self, owner: str) -> VolumeFence:
+        """Take the store's lock for this process's lifetime, or fail naming
+        the holder; count this taking of it (``FENCE``, durable before it is
+        returned)."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -63,6 +74,27 @@ class CheckpointStore:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{owner} (pid {os.getpid()})".encode(), 0)
         self._lock_fd = fd
+        self.fence = self._next_fence()
+        return self.fence
+
+    def _next_fence(self) -> VolumeFence:
+        """Under the lock: one more taking of it. An unreadable ``FENCE``
+        starts a new volume id, and one that cannot be written (a full
+        volume) gives no fence: either way the controller then waits out the
+        old session's silence instead."""
+        path = self.root / "FENCE"
+        try:
+            volume_id, generation = path.read_text().split()
+            fence = VolumeFence(volume_id, int(generation) + 1)
+        except (FileNotFoundError, ValueError):
+            fence = VolumeFence(uuid.uuid4().hex, 1)
+        try:
+            atomic_write(path, f"{fence.volume_id} {fence.generation}\n".encode())
+        except OSError as error:
+            log.warning("%s: cannot count this worker's taking of the lock (%s); registering without a fence",
+                        path, error.strerror or error)
+            return VolumeFence()
+        return fence
 
     def release(self) -> None:
         if self._lock_fd is not None:

@@ -27,6 +27,7 @@ from sparkpoint.messages import (
     Registration,
     ReportOutcome,
     ReportStatus,
+    VolumeFence,
 )
 from sparkpoint.secrets import Secret, TlsFiles
 from sparkpoint.v1 import controller_pb2_grpc as pb_grpc
@@ -57,6 +58,7 @@ class WorkerIdentity:
     pipeline_fingerprint: str
     node_names: tuple[str, ...]
     nodes: tuple[PipelineNode, ...] = ()     # the graph, for the controller's status page
+    fence: VolumeFence = VolumeFence()       # its checkpoint volume's, as this process holds it
 
 
 class ControllerClient:
@@ -78,7 +80,7 @@ class ControllerClient:
         identity = self._identity
         registration = Registration(identity.worker_id, identity.worker_index, identity.worker_count,
                                     identity.pipeline_fingerprint, identity.node_names,
-                                    tuple(self._checkpoints()), identity.nodes, self.session_id)
+                                    tuple(self._checkpoints()), identity.nodes, self.session_id, identity.fence)
         try:
             response = self._stub.Register(wire.registration_to_pb(registration), timeout=self._timeout_s)
         except grpc.RpcError as error:

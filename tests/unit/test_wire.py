@@ -26,6 +26,7 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    VolumeFence,
     WorkerState,
 )
 from sparkpoint.v1 import controller_pb2 as pb
@@ -43,7 +44,7 @@ def reparsed(message, to_pb, from_pb):
 def test_registration_and_its_result_round_trip():
     registration = Registration("worker-1", 1, 2, "fp", ("trades", "agg", "out"), (CHECKPOINT,), (
         PipelineNode("trades", "source.log"), PipelineNode("agg", "aggregate", True, ("trades",)),
-        PipelineNode("out", "sink.files", inputs=("agg",))))
+        PipelineNode("out", "sink.files", inputs=("agg",))), "s0", VolumeFence("f" * 32, 3))
     assert reparsed(registration, wire.registration_to_pb, wire.registration_from_pb) == registration
     for restore in (RestoreDecision(), RestoreDecision(4, "sp-000002", "exports/a/worker-1", True)):
         result = RegisterResult("s1", 1, 2, restore, last_checkpoint_id=9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import string
 import subprocess
 import sys
 import time
@@ -16,6 +17,15 @@ def spread_row(label: str, values: list[float], fmt: str) -> str:
     """``| label | median | min | max |`` with each figure formatted by ``fmt``."""
     return (f"| {label} | {statistics.median(values):{fmt}} | {min(values):{fmt}} "
             f"| {max(values):{fmt}} |")
+
+
+def unused_name(name: str, results: Path = RESULTS) -> str:
+    """``name``, else ``name-b``, ``name-c``, …: the first that names no
+    result yet (a run never overwrites one kept in the repository)."""
+    for suffix in ("", *(f"-{letter}" for letter in string.ascii_lowercase[1:])):
+        if not any((results / f"{name}{suffix}{ext}").exists() for ext in (".md", ".json")):
+            return name + suffix
+    raise FileExistsError(f"{results}: {name} and each of its suffixes -b..-z are taken")
 
 
 def publish_table(name: str, lines: list[str]) -> None:

@@ -20,7 +20,8 @@ checkpoint, then ``--settle`` seconds more; then samples for ``--seconds``:
   ``output`` volume; transactional) and in the ``vwap`` upsert table (a
   symbol's count reaching the event's rank).
 
-Prints a table, writes bench/results/stack-<rate>-<date>.md and .json, and
+Prints a table, writes bench/results/stack-<rate>-<date>.md and .json (-b,
+-c, ... when that day has one already), and
 tears the stack down (volumes included).
 """
 
@@ -38,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.measure import cores_used, peak_cores, percentile, upsert_latencies  # noqa: E402
-from bench.report import publish_json, publish_table  # noqa: E402
+from bench.report import publish_json, publish_table, unused_name  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
 from tests.chaos.compose import REPO, ComposeStack  # noqa: E402
 from tests.support import get_json, wait_until  # noqa: E402
@@ -246,7 +247,7 @@ def main() -> None:
     summary = summarise(samples, history)
     latency = {"files (transactional)": sampler.files_latency,
                "PostgreSQL upsert (vwap)": upsert_latencies(sampler.counts, times, started, samples["statuses"][-1][0])}
-    name = f"stack-{args.rate}-{time.strftime('%Y-%m-%d')}"
+    name = unused_name(f"stack-{args.rate}-{time.strftime('%Y-%m-%d')}")
     publish_table(name, table(args, summary, latency))
     publish_json(name, {"rate": args.rate, "seconds": args.seconds, "settle": args.settle, "summary": summary,
                         "latency": {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v),

@@ -20,7 +20,8 @@ rows to the last event processed by every query (Spark: from its query
 progress; Sparkpoint: polling the controller's /status, ``--poll`` apart). A
 run still going after ``--limit`` seconds of processing is measured up to
 there (marked partial). Checkpoint durations come from the controller's
-/history. Prints a table and writes bench/results/throughput-<date>.md and .json.
+/history. Prints a table and writes bench/results/throughput-<date>.md and .json
+(-b, -c, ... when that day has one already).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.measure import StatusPoll, percentile, polled_rate, spark_rate  # noqa: E402
-from bench.report import publish_json, publish_table  # noqa: E402
+from bench.report import publish_json, publish_table, unused_name  # noqa: E402
 from sparkpoint.devstack import REPO, LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
 from sparkpoint.producer import write_trades  # noqa: E402
@@ -215,7 +216,7 @@ def main() -> None:
                 runs[variant].append(run)
                 print(f"round {round_ + 1}: {variant}: {run['rate']:,.0f} events/s"
                       + (" (partial)" if run["partial"] else ""), flush=True)
-    name = f"throughput-{time.strftime('%Y-%m-%d')}"
+    name = unused_name(f"throughput-{time.strftime('%Y-%m-%d')}")
     publish_table(name, table(args, runs, overrides))
     publish_json(name, {"events": args.events, "rounds": args.rounds, "batch": batch, "overrides": overrides,
                         "runs": runs})

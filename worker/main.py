@@ -48,7 +48,7 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     # 2.
     store = CheckpointStore(settings.checkpoint_dir)
     try:
-        store.acquire(settings.worker_id)
+        fence = store.acquire(settings.worker_id)
     except (FenceError, OSError) as error:
         exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
     for problem in store.quarantine_unreadable() if checkpoints_on else []:
@@ -76,7 +76,7 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
         exit_with_error(PROGRAM, f"{settings.pipeline}: {summarize_error(str(error))}")
     log.info("pipeline layout derived in %.1f s", time.monotonic() - started)
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
-                              pipeline.fingerprint(), layout.node_names, pipeline.graph(), store.fence)
+                              pipeline.fingerprint(), layout.node_names, pipeline.graph(), fence)
     client = ControllerClient(settings.controller_addr, identity,
                               checkpoints=lambda: [m.info() for m in store.readable()[0]] if checkpoints_on else [],
                               token=settings.grpc_token_file, tls=settings.grpc_tls)

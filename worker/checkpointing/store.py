@@ -55,7 +55,6 @@ class CheckpointStore:
         self.blobs = self.root / BLOBS
         self.manifests_dir = self.root / MANIFESTS
         self._lock_fd: int | None = None
-        self.fence = VolumeFence()      # once acquired: the store's id and this taking of its lock
 
     # -- fencing ---------------------------------------------------------
     def acquire(self, owner: str) -> VolumeFence:
@@ -74,8 +73,7 @@ class CheckpointStore:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{owner} (pid {os.getpid()})".encode(), 0)
         self._lock_fd = fd
-        self.fence = self._next_fence()
-        return self.fence
+        return self._next_fence()
 
     def _next_fence(self) -> VolumeFence:
         """Under the lock: one more taking of it. An unreadable ``FENCE``

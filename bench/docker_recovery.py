@@ -38,6 +38,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -78,33 +79,39 @@ def docker_time(stamp: str) -> float:
         f"0.{fraction or 0}")
 
 
-def first_batches(stack: ComposeStack, index: int, since: float) -> list[str]:
-    """The worker's log lines on each query's first batch with rows since ``since``."""
+class Recovered(NamedTuple):
+    seconds: list[float]            # each phase's
+    first_batches: list[str]        # the worker's log lines on each query's first batch with rows
+
+
+def worker_log(stack: ComposeStack, index: int, since: float) -> list[tuple[float, str]]:
+    """Worker ``index``'s log lines after ``since``, each with Docker's time of it."""
     logs = stack.container(f"worker-{index}").logs(timestamps=True, since=int(since)).decode(errors="replace")
-    return [line for line in logs.splitlines() if "first batch with rows" in line]
-
-
-def phase_ends(stack: ComposeStack, index: int, since: float, phases: tuple, started: float | None = None
-               ) -> list[float]:
-    """When each of the worker's logged ``phases`` ended (epoch seconds), in
-    order, after ``since``; first ``started`` if given."""
-    container = stack.container(f"worker-{index}")
-    ends = [since if started is None else started]
     lines = []
-    for line in container.logs(timestamps=True, since=int(since)).decode(errors="replace").splitlines():
+    for line in logs.splitlines():
         stamp, _, text = line.partition(" ")
         if (at := docker_time(stamp)) > since:
             lines.append((at, text))
+    return lines
+
+
+def recovered(index: int, lines: list[tuple[float, str]], phases: tuple, *known: float) -> Recovered:
+    """From the first of the ``known`` moments (the crash, the failure; then
+    any other known end, as the container's start) through each of the
+    logged ``phases`` ending, in order, to now."""
+    ends = list(known)
     for name, pattern in phases:
         found = next((at for at, text in lines if at >= ends[-1] and pattern.search(text)), None)
         if found is None:
             raise AssertionError(f"worker-{index}: no log line for the end of {name!r} ({pattern.pattern})")
         ends.append(found)
-    return ends if started is not None else ends[1:]
+    ends.append(time.time())
+    return Recovered([later - earlier for earlier, later in zip(ends, ends[1:])],
+                     [text for _, text in lines if "first batch with rows" in text])
 
 
-def crash_to_first_batch(stack: ComposeStack, index: int) -> list[float]:
-    """Seconds of each of ``PHASES`` from the crash to the first new batch."""
+def crash_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
+    """Each of ``PHASES`` from the crash to the first new batch."""
     before = wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
     restarts = stack.restart_count(f"worker-{index}")
     crashed = time.time()
@@ -117,8 +124,7 @@ def crash_to_first_batch(stack: ComposeStack, index: int) -> list[float]:
     container = stack.container(f"worker-{index}")
     container.reload()
     started = docker_time(container.attrs["State"]["StartedAt"])
-    ends = [crashed, *phase_ends(stack, index, crashed, LOGGED_PHASES, started), time.time()]
-    return [later - earlier for earlier, later in zip(ends, ends[1:])]
+    return recovered(index, worker_log(stack, index, crashed), LOGGED_PHASES, crashed, started)
 
 
 def fail_a_query(stack: ComposeStack, index: int) -> float:
@@ -132,15 +138,19 @@ def fail_a_query(stack: ComposeStack, index: int) -> float:
     return failed
 
 
-def query_failure_to_first_batch(stack: ComposeStack, index: int) -> list[float]:
-    """Seconds of each of ``QUERY_PHASES`` from a query's failure to the
-    worker's first new batch."""
+def query_failure_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
+    """Each of ``QUERY_PHASES`` from a query's failure to the worker's first new batch."""
     before = wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
     failed = fail_a_query(stack, index)
     wait_until(lambda: new_run_processed(stack.worker(index), before), timeout_s=600,
                what=f"worker-{index}'s first batch after a query failed", interval_s=0.1)
-    ends = [failed, *phase_ends(stack, index, failed, RESTART_PHASES), time.time()]
-    return [later - earlier for earlier, later in zip(ends, ends[1:])]
+    return recovered(index, worker_log(stack, index, failed), RESTART_PHASES, failed)
+
+
+def show(what: str, index: int, run: Recovered, phases: tuple[str, ...]) -> None:
+    print("\n".join(run.first_batches))
+    print(f"{what}: worker-{index} back with a new batch after {sum(run.seconds):.1f} s ("
+          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in zip(phases, run.seconds)) + ")", flush=True)
 
 
 def report(name: str, runs: list[list[float]], phases: tuple[str, ...]) -> list[str]:
@@ -170,26 +180,19 @@ def main() -> None:
             wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
         startup = time.monotonic() - started
         for kill in range(args.kills):
-            crashed_at = time.time()
-            phases = crash_to_first_batch(stack, kill % 2)
-            print("\n".join(first_batches(stack, kill % 2, crashed_at)))
-            crashes.append(phases)
-            print(f"crash {kill + 1}: worker-{kill % 2} back with a new batch after {sum(phases):.1f} s ("
-                  + ", ".join(f"{name} {seconds:.1f}" for name, seconds in zip(PHASES, phases)) + ")", flush=True)
+            run = crash_to_first_batch(stack, kill % 2)
+            crashes.append(run.seconds)
+            show(f"crash {kill + 1}", kill % 2, run, PHASES)
         stable_at = {index: time.time() + STABLE_RUN_S for index in (0, 1)}
         for failure in range(args.query_failures):
             index = failure % 2
             # Isolated failures: one within STABLE_RUN_S of its run's start
             # counts as "in a row" to the restart policy, which backs off.
             time.sleep(max(0.0, stable_at[index] - time.time()))
-            failed_at = time.time()
-            phases = query_failure_to_first_batch(stack, index)
+            run = query_failure_to_first_batch(stack, index)
             stable_at[index] = time.time() + STABLE_RUN_S
-            failures.append(phases)
-            print("\n".join(first_batches(stack, index, failed_at)))
-            print(f"query failure {failure + 1}: worker-{failure % 2} back with a new batch after "
-                  f"{sum(phases):.1f} s (" + ", ".join(f"{name} {seconds:.1f}" for name, seconds
-                                                       in zip(QUERY_PHASES, phases)) + ")", flush=True)
+            failures.append(run.seconds)
+            show(f"query failure {failure + 1}", index, run, QUERY_PHASES)
     finally:
         stack.down()
     lines = [

@@ -17,8 +17,8 @@ trigger (the next batch as soon as the last is done).
 
 ``--source json``: Spark's JSON file source over a directory of JSON lines
 files, ``maxFilesPerTrigger`` chosen so a batch holds about ``--batch``
-events. ``--source pysource``: Sparkpoint's event log through its Python data
-source (worker/sources/log_source.py), ``maxRecordsPerBatch`` = ``--batch``.
+events. ``--source log``: Sparkpoint's event log through its source (in the
+JVM, jvm/sparkpoint/eventlog/), ``maxRecordsPerBatch`` = ``--batch``.
 
 Stops once both queries have read ``--events`` rows, and writes every
 query's progress events (Spark's JSON) to ``--result``.
@@ -66,8 +66,11 @@ class Collector(StreamingQueryListener):
 
 
 def session() -> SparkSession:
+    from worker.runtime.session import JVM_JAR  # the event log source's classes
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark-baseline")
+             .config("spark.driver.extraClassPath", str(JVM_JAR))
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
@@ -85,13 +88,9 @@ def json_source(spark: SparkSession, directory: Path, events: int, batch: int):
 
 
 def log_source(spark: SparkSession, directory: Path, events: int, batch: int):
-    from worker.runtime.session import prefill_python_environment  # two queries start one source at once
-    from worker.sources.log_source import FORMAT, EventLogDataSource
+    from worker.sources.log_source import read_log
 
-    prefill_python_environment(spark)
-    spark.dataSource.register(EventLogDataSource)
-    return (spark.readStream.format(FORMAT).schema(TRADE_SCHEMA).option("path", str(directory))
-            .option("maxRecordsPerBatch", batch).load())
+    return read_log(spark, directory, TRADE_SCHEMA, max_records_per_batch=batch)
 
 
 def start(df, work: Path):
@@ -108,7 +107,7 @@ def start(df, work: Path):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", choices=("json", "pysource"), required=True)
+    parser.add_argument("--source", choices=("json", "log"), required=True)
     parser.add_argument("--input", type=Path, required=True, help="JSON lines directory, or the event log's")
     parser.add_argument("--events", type=int, required=True, help="rows in the input")
     parser.add_argument("--batch", type=int, default=200_000, help="about this many events per batch")

@@ -9,7 +9,7 @@ files, is written once into ``--cache``. Then, round by round, the variants
 run one after the other, each on a fresh JVM and fresh checkpoints:
 
 - ``spark``: plain PySpark, Spark's JSON file source (bench/spark_baseline.py);
-- ``spark-pysource``: the same through Sparkpoint's Python data source;
+- ``spark-logsource``: the same through Sparkpoint's event log source;
 - ``sparkpoint``: a controller and one worker (pipelines/trades.py) at the
   worker's shipped defaults, except checkpoints every 1 s (``--set``
   overrides further settings);
@@ -45,7 +45,7 @@ from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
 from sparkpoint.producer import write_trades  # noqa: E402
 from tests.support import get_json, log_tails  # noqa: E402
 
-VARIANTS = ("spark", "spark-pysource", "sparkpoint", "sparkpoint-nockpt")
+VARIANTS = ("spark", "spark-logsource", "sparkpoint", "sparkpoint-nockpt")
 PARTITIONS = 4              # the producer's default
 JSON_FILES = 40             # the JSON copy: this many files of equal size
 WRITE_CHUNK = 200_000       # events generated at a time
@@ -207,7 +207,7 @@ def main() -> None:
                 work = Path(tmp) / f"{round_}-{variant}"
                 work.mkdir()
                 if variant.startswith("spark-") or variant == "spark":
-                    source = "json" if variant == "spark" else "pysource"
+                    source = "json" if variant == "spark" else "log"
                     run = run_spark(source, data, work, args.events, batch, args.limit)
                 else:
                     freq = "1000" if variant == "sparkpoint" else "0"

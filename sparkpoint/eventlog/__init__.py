@@ -5,10 +5,7 @@ from sparkpoint.eventlog.log import (
     EventLog,
     committed_end,
     partition_for_key,
-    read_range,
     record_count,
 )
-from sparkpoint.eventlog.partition_end import PartitionEnd
 
-__all__ = ["EventLog", "LogFormatError", "PartitionEnd", "committed_end", "partition_for_key", "read_range",
-           "record_count"]
+__all__ = ["EventLog", "LogFormatError", "committed_end", "partition_for_key", "record_count"]

@@ -11,7 +11,8 @@ boundary. A record is complete once its terminating newline is on disk: a
 reader ignores a trailing partial line (a producer crashed mid-write, or is
 mid-write now), so a replay from any offset reads exactly the same records.
 Ends are found from the file's tail (``scan``), never by reading it from the
-start; ``PartitionEnd`` keeps one partition's end across calls.
+start. (The worker's Spark source is the JVM's reading of the same format:
+``jvm/sparkpoint/eventlog/``.)
 """
 
 from __future__ import annotations
@@ -129,15 +130,3 @@ def record_count(path: Path) -> int:
     finally:
         os.close(fd)
 
-
-def read_range(path: Path, start: int, end: int) -> bytes:
-    """The bytes of the complete records in ``[start, end)``."""
-    if end <= start:
-        return b""
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read(end - start)
-    if len(data) != end - start:
-        raise LogFormatError(f"{path}: expected {end - start} bytes at offset {start}, found {len(data)}"
-                             " (was the log truncated?)")
-    return data

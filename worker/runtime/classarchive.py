@@ -26,7 +26,7 @@ from sparkpoint.eventlog.log import EventLog
 from worker.runtime.session import CLASS_ARCHIVE, start_session
 from worker.settings import WorkerSettings
 from worker.sinks.staging import BatchStager
-from worker.sources.log_source import FORMAT
+from worker.sources.log_source import read_log
 
 
 def train(archive: Path, timeout_s: float = 300) -> None:
@@ -53,10 +53,8 @@ def _run_pipeline(root: Path, archive: Path) -> None:
     (root / "staging").mkdir()
     spark = start_session(settings, java_options=f"-XX:ArchiveClassesAtExit={archive}")
     try:
-        counts = (spark.readStream.format(FORMAT)
-                  .schema("id long, sym string, price double, size long, time timestamp")
-                  .option("path", str(log.directory)).option("workerIndex", 0).option("workerCount", 1)
-                  .option("maxRecordsPerBatch", 30).load()
+        counts = (read_log(spark, log.directory, "id long, sym string, price double, size long, time timestamp",
+                           max_records_per_batch=30)
                   .groupBy("sym").agg({"size": "sum", "price": "max"}))
         stager = BatchStager(root / "staging")
         query = (counts.writeStream.outputMode("complete").foreachBatch(stager)

@@ -22,7 +22,7 @@ from worker.publishing.sinks import publishes_immediately
 from worker.settings import WorkerSettings
 from worker.sinks.console import ConsolePrinter
 from worker.sinks.staging import BatchStager
-from worker.sources.log_source import FORMAT as LOG_FORMAT
+from worker.sources.log_source import read_log
 
 
 def source_logs(pipeline: Pipeline, settings: WorkerSettings) -> list[Path]:
@@ -60,15 +60,9 @@ def trigger_interval_ms(branch: Stream, settings: WorkerSettings) -> int:
 
 def _read(spark: SparkSession, node: Node, settings: WorkerSettings) -> DataFrame:
     cap = node.params.get("max_records_per_batch", settings.max_records_per_batch)
-    return (
-        spark.readStream.format(LOG_FORMAT)
-        .schema(node.params["schema"])
-        .option("path", str(settings.log_dir / node.params["log"]))
-        .option("workerIndex", settings.worker_index)
-        .option("workerCount", settings.worker_count)
-        .option("maxRecordsPerBatch", cap)
-        .load()
-    )
+    return read_log(spark, settings.log_dir / node.params["log"], node.params["schema"],
+                    worker_index=settings.worker_index, worker_count=settings.worker_count,
+                    max_records_per_batch=cap)
 
 
 def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, query_root: Path,

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from worker.runtime.ui import spark_ui_conf
 from worker.settings import WorkerSettings
-from worker.sources.log_source import EventLogDataSource
 
 # The worker's JVM classes (jvm/ in the repository; `make jars` builds the jar
 # into the package, `make deps` and `make images` run it).
@@ -81,42 +79,7 @@ def start_session(settings: WorkerSettings, *, java_options: str | None = None) 
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    prefill_python_environment(spark)
-    register_data_sources(spark)
     return spark
-
-
-def prefill_python_environment(spark: SparkSession) -> None:
-    """Give the environment of every Python function registered from now on
-    the entries Spark's streaming source runner puts into it.
-
-    Why: a registered data source has one Python function, and one
-    ``java.util.HashMap`` of environment variables, shared by every query
-    that reads it. When a query's source starts,
-    ``PythonStreamingSourceRunner.init`` puts these four entries into that
-    map, on the query's own thread. Two queries starting together (a restored
-    worker starts all of them at once) put the same absent keys at the same
-    time, and an unsynchronised ``HashMap`` can count an entry twice: its
-    ``size`` then exceeds its entries, every task that carries the map is
-    serialised corrupt, and every attempt fails with
-    ``java.io.OptionalDataException`` until the worker restarts. With the keys
-    present, those puts only replace values: the map never changes shape.
-    """
-    sc = spark.sparkContext
-    conf = sc.getConf()
-    timeout = conf.get("spark.python.authenticate.socketTimeout", "15s")
-    sc.environment.update({
-        # Every runner sets this one to its block manager's directories before it
-        # starts a Python process; the key is what matters here.
-        "SPARK_LOCAL_DIRS": conf.get("spark.local.dir", os.environ.get("SPARK_LOCAL_DIRS", tempfile.gettempdir())),
-        "SPARK_AUTH_SOCKET_TIMEOUT": str(sc._jvm.org.apache.spark.network.util.JavaUtils.timeStringAsSec(timeout)),
-        "SPARK_BUFFER_SIZE": str(int(conf.get("spark.buffer.size", "65536"))),
-        "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
-    })
-
-
-def register_data_sources(spark: SparkSession) -> None:
-    spark.dataSource.register(EventLogDataSource)
 
 
 def session_alive(spark: SparkSession) -> bool:

@@ -15,10 +15,11 @@ the container; the JVM and Spark session start; the pipeline's layout is
 derived (a Spark analysis); the worker registers with the controller;
 restores its checkpoint; starts its queries; and commits its first new batch.
 
-Then fails a query ``--query-failures`` times, alternating workers: a SIGKILL
-of the Python process Spark hosts the event log source's reader in for one
-query (``python_streaming_source_runner``), as a crashed Python worker would;
-the worker restarts its queries in its living Spark session. Timed failure ->
+Then fails a query ``--query-failures`` times, alternating workers: the
+stack runs with the fault sentinel ``SP_TEST_FAULT=staging.commit:armed``,
+and the bench arms it in the worker's container, so the next batch a staged
+sink commits raises (``sparkpoint/faults.py``); the worker restarts its
+queries in its living Spark session. Timed failure ->
 the worker's first new committed batch, in phases from its log lines: the
 failure seen; the queries stopped (the restart decided); registration;
 restore; queries started; first new batch.
@@ -30,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -69,7 +68,8 @@ RESTART_PHASES = (
     *LOGGED_PHASES[2:],
 )
 QUERY_PHASES = (*(name for name, _ in RESTART_PHASES), "first new committed batch")
-SOURCE_RUNNER = "python_streaming_source_runner"
+FAULT = "staging.commit:armed"
+ARM = "/var/lib/sparkpoint/checkpoints/.fault-staging.commit.arm"    # SP_CHECKPOINT_DIR in the compose file
 
 
 def docker_time(stamp: str) -> float:
@@ -128,13 +128,11 @@ def crash_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
 
 
 def fail_a_query(stack: ComposeStack, index: int) -> float:
-    """SIGKILL the source reader's Python process of one of worker
-    ``index``'s queries (from the host: ``top`` gives host pids); when."""
-    top = stack.container(f"worker-{index}").top(ps_args="-eo pid,args")
-    pids = [int(row[0]) for row in top["Processes"] if SOURCE_RUNNER in row[1]]
-    assert pids, f"worker-{index}: no {SOURCE_RUNNER} process"
+    """Arm worker ``index``'s fault sentinel: its next staged batch fails
+    its query; when."""
     failed = time.time()
-    os.kill(pids[0], signal.SIGKILL)
+    result = stack.container(f"worker-{index}").exec_run(["touch", ARM])
+    assert result.exit_code == 0, f"worker-{index}: could not arm the fault: {result.output!r}"
     return failed
 
 
@@ -170,7 +168,8 @@ def main() -> None:
     subprocess.run(["make", "images"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {
         "SP_CHECKPOINT_FREQ": str(args.checkpoint_freq), "SP_TRIGGER_INTERVAL": "500",
-        "SP_REPORT_INTERVAL": "250", "SP_PRODUCER_RATE": "200"}, free_port())
+        "SP_REPORT_INTERVAL": "250", "SP_PRODUCER_RATE": "200",
+        "SP_TEST_FAULT": FAULT}, free_port())
     crashes: list[list[float]] = []
     failures: list[list[float]] = []
     try:

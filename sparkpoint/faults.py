@@ -17,6 +17,9 @@ reached them while the worker lives on: ``staging.commit`` (a staged sink's
 batch written by Spark, not yet renamed into place). Hits are counted in a
 file beside the sentinel. ``<point>:<n>:always`` fails every hit from the
 ``n``-th on (no sentinel): a failure that comes back after every restart.
+``<point>:armed`` fails the next hit each time a file ``.fault-<point>.arm``
+appears in the directory (the hit removes it): a failure made from outside,
+when wanted (``bench/docker_recovery.py`` arms it in a running container).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class FaultInjector:
         self.point = point
         self.nth = int(nth) if nth.isdigit() else 1
         self.always = mode == "always"
+        self.armed = nth == "armed"
         self.sentinel = Path(sentinel_dir) / f".fault-{point}"
         self._hits = 0
 
@@ -59,6 +63,12 @@ class FaultInjector:
         every time from the ``n``-th hit with ``:always``)."""
         if not self.point or point != self.point or (self.sentinel.exists() and not self.always):
             return
+        if self.armed:
+            try:
+                self.sentinel.with_name(self.sentinel.name + ".arm").unlink()
+            except FileNotFoundError:
+                return
+            raise InjectedFaultError(f"fault {point} fired{f' at {what}' if what else ''} (SP_TEST_FAULT, armed)")
         self.sentinel.parent.mkdir(parents=True, exist_ok=True)
         # One byte per hit, appended: the count holds across Spark's Python processes.
         fd = os.open(self.sentinel.with_name(self.sentinel.name + ".hits"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)

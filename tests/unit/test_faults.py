@@ -1,6 +1,7 @@
 """Failure points of the fault sentinels (sparkpoint.faults): they raise
 instead of killing, counting hits across the injectors Spark's Python
-processes build (one per batch), once or every time with ``:always``."""
+processes build (one per batch), once, every time with ``:always``, or
+once per arming with ``:armed``."""
 
 from __future__ import annotations
 
@@ -35,3 +36,16 @@ def test_other_points_and_kill_points_do_not_raise(tmp_path):
     assert not list(tmp_path.iterdir())
     with pytest.raises(InjectedFaultError):
         FaultInjector("staging.commit", tmp_path).fail("staging.commit")
+
+
+def test_armed_fires_once_per_arming(tmp_path):
+    faults = FaultInjector("staging.commit:armed", tmp_path)
+    arm = tmp_path / ".fault-staging.commit.arm"
+    faults.fail("staging.commit", "batch 1")                     # not armed: no failure
+    for batch in (2, 3):
+        arm.touch()
+        with pytest.raises(InjectedFaultError, match=f"fired at batch {batch} \\(SP_TEST_FAULT, armed\\)"):
+            faults.fail("staging.commit", f"batch {batch}")
+        assert not arm.exists()
+        faults.fail("staging.commit", "the next batch")          # fired once per arming
+    assert not (tmp_path / ".fault-staging.commit").exists()     # never done for good

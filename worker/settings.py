@@ -81,11 +81,11 @@ class WorkerSettings(Settings):
         1, ge=1, description="`spark.sql.shuffle.partitions` (fixed for a query's lifetime; one worker's state is "
                              "small: more partitions mean more tasks and state files every batch)")
     java_options: str = Field(
-        "-XX:TieredStopAtLevel=1", validation_alias="SP_JAVA_OPTIONS",
+        "", validation_alias="SP_JAVA_OPTIONS",
         description="options of the worker's Spark JVM (`spark.driver.extraJavaOptions`, after those that map "
-                    "the class archive), split as a shell would. The default compiles with C1 only: the same "
-                    "throughput, a sixth less CPU at a steady trickle and a faster first batch after a restart "
-                    "(bench/results/jit-2026-11-27.md); `-XX:TieredStopAtLevel=4` is the JVM's own default, C1 then C2")
+                    "the class archive), split as a shell would. None by default: the JVM compiles with C1, "
+                    "then C2; `-XX:TieredStopAtLevel=1` (C1 only) takes less CPU at a trickle and for a fresh "
+                    "JVM's first batch, but records are parsed in the JVM: a third less throughput")
     max_records_per_batch: int = Field(
         200_000, ge=0, description="per-batch record cap on sources (`0` = none): it bounds the batches a "
                                    "recovery replays, not a live stream; `from_log(max_records_per_batch=)` overrides")

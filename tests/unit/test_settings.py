@@ -395,5 +395,4 @@ def test_the_workers_jvm_options_follow_the_class_archives(monkeypatch, tmp_path
     assert session.driver_java_options(settings) == "-XX:TieredStopAtLevel=1 -Dx='a b'"
     archive.write_bytes(b"")
     assert session.driver_java_options(settings) == f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dx='a b'"
-    assert session.driver_java_options(WorkerSettings.from_env({})) == \
-        f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1"
+    assert session.driver_java_options(WorkerSettings.from_env({})) == f"-XX:SharedArchiveFile={archive}"

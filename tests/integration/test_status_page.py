@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -138,7 +139,9 @@ def text(browser, selector: str) -> str:
 
 def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, browser):
     base, grpc_address, token, grpc_token = controller
-    wait = WebDriverWait(browser, 30)
+    # The page redraws its tables on every poll: an element found just before
+    # a redraw is stale by the time it is read, and the next poll finds anew.
+    wait = WebDriverWait(browser, 30, ignored_exceptions=(StaleElementReferenceException,))
     # Without the token the page loads (it holds no data) and says what it needs.
     browser.get(base + "/")
     wait.until(lambda b: "needs its API token" in text(b, "#offline"))

@@ -2,6 +2,7 @@ package sparkpoint.eventlog;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.NoSuchFileException;
@@ -48,8 +49,8 @@ public final class EventLogStream implements MicroBatchStream, SupportsAdmission
     private final SortedMap<Integer, PartitionEnd> ends = new TreeMap<>();
 
     /**
-     * {@code maxRecordsPerBatch}: the per-batch cap, split across the partitions
-     * (0: none); {@code schema}: the columns the query reads. Made where the
+     * {@code maxRecordsPerBatch}: the per-batch cap, shared by the partitions
+     * (0: none; see {@link #fillCap}); {@code schema}: the columns the query reads. Made where the
      * query is planned: the session's time zone is the parser's.
      */
     public EventLogStream(String directory, int workerIndex, int workerCount, long maxRecordsPerBatch,
@@ -70,7 +71,7 @@ public final class EventLogStream implements MicroBatchStream, SupportsAdmission
         JsonNode header;
         try {
             header = new ObjectMapper().readTree(meta.toFile());
-        } catch (NoSuchFileException | java.io.FileNotFoundException e) {
+        } catch (NoSuchFileException | FileNotFoundException e) {
             throw new IllegalStateException(meta + ": no such event log (is the producer running?)");
         } catch (IOException e) {
             throw new IllegalStateException(meta + ": not a valid event log header");

@@ -14,6 +14,11 @@ the restarted worker's own log lines (Docker's timestamps): Docker restarts
 the container; the JVM and Spark session start; the pipeline's layout is
 derived (a Spark analysis); the worker registers with the controller;
 restores its checkpoint; starts its queries; and commits its first new batch.
+The input replayed per crash is what the restarted run reads again: from its
+restored checkpoint's offsets (its first report) to where the crashed run's
+last report had got (reports every 250 ms: it may have got a little further),
+in seconds of input at the rate measured over the ``RATE_WINDOW_S`` before
+the crash (issue 13's target: at most 1.1 times the checkpoint interval).
 
 Then fails a query ``--query-failures`` times, alternating workers: the
 stack runs with the fault sentinel ``SP_TEST_FAULT=staging.commit:armed``,
@@ -68,6 +73,7 @@ RESTART_PHASES = (
     *LOGGED_PHASES[2:],
 )
 QUERY_PHASES = (*(name for name, _ in RESTART_PHASES), "first new committed batch")
+RATE_WINDOW_S = 5.0
 FAULT = "staging.commit:armed"
 ARM = "/var/lib/sparkpoint/checkpoints/.fault-staging.commit.arm"    # SP_CHECKPOINT_DIR in the compose file
 
@@ -82,6 +88,29 @@ def docker_time(stamp: str) -> float:
 class Recovered(NamedTuple):
     seconds: list[float]            # each phase's
     first_batches: list[str]        # the worker's log lines on each query's first batch with rows
+    replayed_s: float = float("nan")    # input processed again, in seconds of input (crashes only)
+
+
+def source_end(worker: dict) -> int:
+    """The bytes in the worker's partitions, as of its last report (its queries' furthest view)."""
+    return max(sum(q["latest_offsets"].values()) for q in worker["queries"])
+
+
+def processed(worker: dict) -> dict[str, int]:
+    """Each query's position: the bytes of its partitions up to its last batch's end."""
+    return {q["name"]: sum(q["offsets"].values()) for q in worker["queries"]}
+
+
+def replayed_seconds(before: dict, last: dict, restored: dict[str, int]) -> float:
+    """The input the restarted run reads again -- from the restored
+    checkpoint's offsets to where the crashed run's last report had got,
+    its furthest query's -- in seconds of input at the rate between the
+    ``before`` and ``last`` reports (NaN if the restored offsets were never
+    seen: the new run committed before a poll saw its restored batch)."""
+    rate = (source_end(last) - source_end(before)) / (last["last_heartbeat"] - before["last_heartbeat"])
+    if not restored or rate <= 0:
+        return float("nan")
+    return max(position - restored.get(name, position) for name, position in processed(last).items()) / rate
 
 
 def worker_log(stack: ComposeStack, index: int, since: float) -> list[tuple[float, str]]:
@@ -111,20 +140,30 @@ def recovered(index: int, lines: list[tuple[float, str]], phases: tuple, *known:
 
 
 def crash_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
-    """Each of ``PHASES`` from the crash to the first new batch."""
+    """Each of ``PHASES`` from the crash to the first new batch, and the input replayed."""
     before = wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
+    time.sleep(RATE_WINDOW_S)       # a window to measure the input rate over, not a wait for anything
+    last = stack.worker(index)
     restarts = stack.restart_count(f"worker-{index}")
     crashed = time.time()
     stack.crash(f"worker-{index}")
     wait_until(lambda: stack.restart_count(f"worker-{index}") > restarts, timeout_s=60,
                what=f"worker-{index} restarted by its policy", interval_s=0.1)
+    restored: dict[str, int] = {}
 
-    wait_until(lambda: new_run_processed(stack.worker(index), before), timeout_s=600,
-               what=f"worker-{index}'s first batch after the crash", interval_s=0.1)
+    def first_new_batch() -> bool:
+        worker = stack.worker(index)
+        if (not restored and worker and worker["registrations"] > before["registrations"]
+                and worker["rows_processed"] == 0 and worker["queries"]):
+            restored.update(processed(worker))      # the new run reports its restored batch first
+        return new_run_processed(worker, before)
+
+    wait_until(first_new_batch, timeout_s=600, what=f"worker-{index}'s first batch after the crash", interval_s=0.1)
     container = stack.container(f"worker-{index}")
     container.reload()
     started = docker_time(container.attrs["State"]["StartedAt"])
-    return recovered(index, worker_log(stack, index, crashed), LOGGED_PHASES, crashed, started)
+    run = recovered(index, worker_log(stack, index, crashed), LOGGED_PHASES, crashed, started)
+    return run._replace(replayed_s=replayed_seconds(before, last, restored))
 
 
 def fail_a_query(stack: ComposeStack, index: int) -> float:
@@ -148,7 +187,8 @@ def query_failure_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
 def show(what: str, index: int, run: Recovered, phases: tuple[str, ...]) -> None:
     print("\n".join(run.first_batches))
     print(f"{what}: worker-{index} back with a new batch after {sum(run.seconds):.1f} s ("
-          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in zip(phases, run.seconds)) + ")", flush=True)
+          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in zip(phases, run.seconds))
+          + f"; input replayed: {run.replayed_s:.2f} s of it)", flush=True)
 
 
 def report(name: str, runs: list[list[float]], phases: tuple[str, ...]) -> list[str]:
@@ -171,6 +211,7 @@ def main() -> None:
         "SP_REPORT_INTERVAL": "250", "SP_PRODUCER_RATE": "200",
         "SP_TEST_FAULT": FAULT}, free_port())
     crashes: list[list[float]] = []
+    replays: list[float] = []
     failures: list[list[float]] = []
     try:
         started = time.monotonic()
@@ -181,6 +222,7 @@ def main() -> None:
         for kill in range(args.kills):
             run = crash_to_first_batch(stack, kill % 2)
             crashes.append(run.seconds)
+            replays.append(run.replayed_s)
             show(f"crash {kill + 1}", kill % 2, run, PHASES)
         stable_at = {index: time.time() + STABLE_RUN_S for index in (0, 1)}
         for failure in range(args.query_failures):
@@ -201,6 +243,8 @@ def main() -> None:
         "|---|---|---|---|",
         f"| compose up -> both workers running with a checkpoint (s) | {startup:.1f} | | |",
         *(report("container crash -> first new committed batch", crashes, PHASES) if crashes else ()),
+        *((spread_row(f"input replayed per crash (s of input; seen in {len(seen)} of {len(replays)})",
+                      seen, ".2f"),) if (seen := [r for r in replays if r == r]) else ()),
         *(report("query failure -> first new committed batch (restart in the living JVM)", failures,
                  QUERY_PHASES) if failures else ()),
     ]

@@ -153,9 +153,12 @@ def crash_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
 
     def first_new_batch() -> bool:
         worker = stack.worker(index)
+        # The new run's own reports show its restored batch until it commits a
+        # new one (registering keeps the crashed run's queries, as "starting").
         if (not restored and worker and worker["registrations"] > before["registrations"]
-                and worker["rows_processed"] == 0 and worker["queries"]):
-            restored.update(processed(worker))      # the new run reports its restored batch first
+                and worker["state"] in ("running", "recovering") and worker["rows_processed"] == 0
+                and worker["queries"]):
+            restored.update(processed(worker))
         return new_run_processed(worker, before)
 
     wait_until(first_new_batch, timeout_s=600, what=f"worker-{index}'s first batch after the crash", interval_s=0.1)

@@ -37,6 +37,11 @@ _PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password", "pg_
              "pg_sslrootcert")
 
 
+# The JVM's tier-4 (C2) compile thresholds, times ten (bench/results/jit-2026-11-27-b.md).
+C2_FOR_HOT_CODE_ONLY = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+                        "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+
+
 class WorkerSettings(Settings):
     program = "worker"
 
@@ -81,11 +86,12 @@ class WorkerSettings(Settings):
         1, ge=1, description="`spark.sql.shuffle.partitions` (fixed for a query's lifetime; one worker's state is "
                              "small: more partitions mean more tasks and state files every batch)")
     java_options: str = Field(
-        "", validation_alias="SP_JAVA_OPTIONS",
+        C2_FOR_HOT_CODE_ONLY, validation_alias="SP_JAVA_OPTIONS",
         description="options of the worker's Spark JVM (`spark.driver.extraJavaOptions`, after those that map "
-                    "the class archive), split as a shell would. None by default: the JVM compiles with C1, "
-                    "then C2; `-XX:TieredStopAtLevel=1` (C1 only) takes less CPU at a trickle and for a fresh "
-                    "JVM's first batch, but records are parsed in the JVM: a third less throughput")
+                    "the class archive), split as a shell would. The default leaves C2 to code ten times "
+                    "hotter than the JVM would: a restarted worker's start-up and first batch stay quick "
+                    "under load (C1), while the records' parsing and writing get C2; `-XX:TieredStopAtLevel=4`: "
+                    "the JVM's own thresholds, `-XX:TieredStopAtLevel=1`: C1 only (a third less throughput)")
     max_records_per_batch: int = Field(
         200_000, ge=0, description="per-batch record cap on sources (`0` = none): it bounds the batches a "
                                    "recovery replays, not a live stream; `from_log(max_records_per_batch=)` overrides")

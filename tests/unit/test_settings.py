@@ -22,7 +22,7 @@ from worker import api as sp
 from worker.api.loader import load_pipeline
 from worker.publishing.sinks import check_sinks
 from worker.runtime.ui import spark_ui_conf
-from worker.settings import WorkerSettings
+from worker.settings import C2_FOR_HOT_CODE_ONLY, WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 # The controller starts without authentication only when told so explicitly.
@@ -395,4 +395,7 @@ def test_the_workers_jvm_options_follow_the_class_archives(monkeypatch, tmp_path
     assert session.driver_java_options(settings) == "-XX:TieredStopAtLevel=1 -Dx='a b'"
     archive.write_bytes(b"")
     assert session.driver_java_options(settings) == f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dx='a b'"
-    assert session.driver_java_options(WorkerSettings.from_env({})) == f"-XX:SharedArchiveFile={archive}"
+    assert session.driver_java_options(WorkerSettings.from_env({})) == \
+        f"-XX:SharedArchiveFile={archive} {C2_FOR_HOT_CODE_ONLY}"
+    assert session.driver_java_options(WorkerSettings.from_env({"SP_JAVA_OPTIONS": "-XX:TieredStopAtLevel=4"})) == \
+        f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=4"

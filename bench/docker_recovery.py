@@ -191,7 +191,8 @@ def show(what: str, index: int, run: Recovered, phases: tuple[str, ...]) -> None
     print("\n".join(run.first_batches))
     print(f"{what}: worker-{index} back with a new batch after {sum(run.seconds):.1f} s ("
           + ", ".join(f"{name} {seconds:.1f}" for name, seconds in zip(phases, run.seconds))
-          + f"; input replayed: {run.replayed_s:.2f} s of it)", flush=True)
+          + (f"; input replayed: {run.replayed_s:.2f} s of it" if run.replayed_s == run.replayed_s else "")
+          + ")", flush=True)
 
 
 def report(name: str, runs: list[list[float]], phases: tuple[str, ...]) -> list[str]:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pyspark.errors import StreamingQueryException
 
 from sparkpoint.eventlog import EventLog, committed_end, record_count
+from tests.log_reference import append_in_chunks, expected_batch_end, record_ends, records, torn_tails
 from worker.runtime.session import start_session
 from worker.settings import WorkerSettings
 from worker.sources.log_source import read_log
@@ -29,9 +30,6 @@ RECORD = b'{"id":1,"sym":"AAPL","price":101.25,"size":10,"time":"2026-01-01T00:0
 LARGE = 24 * 1024 * 1024          # per partition: the whole log is 48 MiB
 FEW = 64 * 1024                   # the tail of a partition, and then some
 SPLIT_BYTES = 1024 * 1024         # EventLogStream.SPLIT_BYTES
-
-# Records: short runs of non-newline bytes, each ending in a newline.
-records = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"x") + b"\n"), max_size=40)
 
 
 @pytest.fixture(scope="module")
@@ -47,18 +45,6 @@ def jvm(spark):
     return spark._jvm
 
 
-def record_ends(data: bytes) -> list[int]:
-    """The reference: the offset after each complete record of ``data``."""
-    return [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
-
-
-def expected_batch_end(data: bytes, start: int, cap: int | None) -> int:
-    after = [end for end in record_ends(data) if end > start]
-    if not after:
-        return start
-    return after[-1] if cap is None else after[min(cap, len(after)) - 1]
-
-
 def partition_end(jvm, path: Path, scan=None):
     scan = scan if scan is not None else jvm.sparkpoint.eventlog.RecordScan()
     return jvm.sparkpoint.eventlog.PartitionEnd(str(path), scan), scan
@@ -67,22 +53,16 @@ def partition_end(jvm, path: Path, scan=None):
 def test_end_follows_appends_in_random_chunks(jvm):
     # Chunks of a few bytes, so records straddle chunk boundaries.
     @settings(max_examples=100, deadline=None)
-    @given(stream=records, tail=st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"y")),
+    @given(stream=records, tail=torn_tails,
            cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
            cap=st.one_of(st.none(), st.integers(min_value=1, max_value=8)), start_pick=st.integers(min_value=0))
     def check(stream, tail, cuts, cap, start_pick):
-        data = b"".join(stream) + tail                  # a torn record last
-        bounds = sorted({min(c, len(data)) for c in cuts} | {len(data)})
         with tempfile.TemporaryDirectory() as root:
             path = Path(root) / "p-0000.jsonl"
             tracker, _ = partition_end(jvm, path, jvm.sparkpoint.eventlog.RecordScan(7, 3, 11))
             assert tracker.end() == 0                   # no file yet
-            written = 0
-            for bound in bounds:
-                with open(path, "ab") as f:
-                    f.write(data[written:bound])
-                written = bound
-                so_far = data[:bound]
+            # A torn record last.
+            for so_far in append_in_chunks(path, b"".join(stream) + tail, cuts):
                 boundaries = [0, *record_ends(so_far)]
                 start = boundaries[start_pick % len(boundaries)]
                 assert tracker.end() == boundaries[-1]

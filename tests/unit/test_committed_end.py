@@ -14,31 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkpoint.eventlog import committed_end, record_count, scan
+from tests.log_reference import append_in_chunks, expected_batch_end, record_ends, records, torn_tails
 from tests.unit.read_counter import bytes_read
-
-# Records: short runs of non-newline bytes, each ending in a newline.
-records = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"x") + b"\n"), max_size=40)
-
-
-def record_ends(data: bytes) -> list[int]:
-    """The reference: the offset after each complete record of ``data``."""
-    return [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
-
-
-def expected_batch_end(data: bytes, start: int, cap: int | None) -> int:
-    after = [end for end in record_ends(data) if end > start]
-    if not after:
-        return start
-    return after[-1] if cap is None else after[min(cap, len(after)) - 1]
 
 
 @settings(max_examples=150, deadline=None)
-@given(stream=records, tail=st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"y")),
+@given(stream=records, tail=torn_tails,
        cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
        cap=st.one_of(st.none(), st.integers(min_value=1, max_value=8)), start_pick=st.integers(min_value=0))
 def test_committed_end_follows_appends_in_random_chunks(stream, tail, cuts, cap, start_pick):
-    data = b"".join(stream) + tail                  # a torn record last
-    bounds = sorted({min(c, len(data)) for c in cuts} | {len(data)})
     with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as root:
         # Chunks of a few bytes, so records straddle chunk boundaries.
         patch.setattr(scan, "FORWARD_CHUNK", 7)
@@ -46,12 +30,7 @@ def test_committed_end_follows_appends_in_random_chunks(stream, tail, cuts, cap,
         patch.setattr(scan, "BACKWARD_MAX_CHUNK", 11)
         path = Path(root) / "p-0000.jsonl"
         assert committed_end(path, 0) == 0          # no file yet
-        written = 0
-        for bound in bounds:
-            with open(path, "ab") as f:
-                f.write(data[written:bound])
-            written = bound
-            so_far = data[:bound]
+        for so_far in append_in_chunks(path, b"".join(stream) + tail, cuts):   # a torn record last
             boundaries = [0, *record_ends(so_far)]
             start = boundaries[start_pick % len(boundaries)]
             assert committed_end(path, start, cap) == expected_batch_end(so_far, start, cap)

@@ -237,8 +237,9 @@ def test_offsets_round_trip_and_a_worker_owns_every_nth_partition(jvm, tmp_path)
     # Spark's checkpoints written before the source moved to the JVM hold Python's JSON.
     restored = second_of_two.deserializeOffset('{"1": 120, "3": 0}')
     assert restored.json() == '{"1":120,"3":0}'
-    with pytest.raises(Exception, match="not an event log offset"):
-        second_of_two.deserializeOffset('{"1": -4}')
+    for wrong in ('{"1": -4}', '{"one": 4}', '{"-1": 4}', '[1]'):
+        with pytest.raises(Exception, match="not an event log offset"):
+            second_of_two.deserializeOffset(wrong)
     with pytest.raises(Exception, match="no such event log"):
         stream(jvm, EventLog(tmp_path / "absent"))
 

@@ -32,11 +32,16 @@ public final class LogOffset extends Offset {
             throw new IllegalArgumentException("not an event log offset: " + json, e);
         }
         SortedMap<Integer, Long> positions = new TreeMap<>();
-        for (Map.Entry<String, Long> entry : parsed.entrySet()) {
-            if (entry.getValue() == null || entry.getValue() < 0) {
-                throw new IllegalArgumentException("not an event log offset: " + json);
+        try {
+            for (Map.Entry<String, Long> entry : parsed.entrySet()) {
+                int partition = Integer.parseInt(entry.getKey());
+                if (partition < 0 || entry.getValue() == null || entry.getValue() < 0) {
+                    throw new NumberFormatException();
+                }
+                positions.put(partition, entry.getValue());
             }
-            positions.put(Integer.valueOf(entry.getKey()), entry.getValue());
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("not an event log offset: " + json);
         }
         return new LogOffset(positions);
     }

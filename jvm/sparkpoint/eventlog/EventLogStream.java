@@ -83,11 +83,27 @@ public final class EventLogStream implements MicroBatchStream, SupportsAdmission
         return count.asInt();
     }
 
+    /** A position in one of the worker's partitions, found by reading it. */
+    private interface Position {
+        long in(int partition, PartitionEnd end) throws IOException;
+    }
+
+    /** An offset over every partition the worker owns, each at {@code position}. */
+    private LogOffset offset(Position position) {
+        SortedMap<Integer, Long> positions = new TreeMap<>();
+        try {
+            for (Map.Entry<Integer, PartitionEnd> end : ends.entrySet()) {
+                positions.put(end.getKey(), position.in(end.getKey(), end.getValue()));
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+        return new LogOffset(positions);
+    }
+
     @Override
     public Offset initialOffset() {
-        SortedMap<Integer, Long> zero = new TreeMap<>();
-        ends.keySet().forEach(p -> zero.put(p, 0L));
-        return new LogOffset(zero);
+        return offset((partition, end) -> 0L);
     }
 
     @Override
@@ -107,59 +123,48 @@ public final class EventLogStream implements MicroBatchStream, SupportsAdmission
 
     @Override
     public Offset latestOffset(Offset start, ReadLimit limit) {
-        SortedMap<Integer, Long> positions = new TreeMap<>();
-        ends.keySet().forEach(p -> positions.put(p, ((LogOffset) start).position(p)));
-        long cap = limit instanceof ReadMaxRows max ? max.maxRows() : 0;
-        try {
-            if (cap <= 0) {
-                for (Map.Entry<Integer, PartitionEnd> end : ends.entrySet()) {
-                    positions.put(end.getKey(), end.getValue().batchEnd(positions.get(end.getKey()), 0).end());
-                }
-            } else {
-                fillCap(positions, cap);
-            }
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
+        LogOffset from = (LogOffset) start;
+        if (limit instanceof ReadMaxRows max && max.maxRows() > 0) {
+            return fillCap(from, max.maxRows());
         }
-        return new LogOffset(positions);
+        return offset((partition, end) -> end.batchEnd(from.position(partition), 0).end());
     }
 
     /**
-     * Move {@code positions} forward by up to {@code cap} records in all:
+     * {@code start} moved forward by up to {@code cap} records in all:
      * each round gives every partition that still has records an equal share
      * of what is left of the cap (at least one), until the cap is used or
      * every partition is exhausted. A partition with few new records leaves
      * its share to the others, so a batch catching up holds the whole cap.
      */
-    private void fillCap(SortedMap<Integer, Long> positions, long cap) throws IOException {
+    private LogOffset fillCap(LogOffset start, long cap) {
+        SortedMap<Integer, Long> positions = new TreeMap<>();
+        ends.keySet().forEach(partition -> positions.put(partition, start.position(partition)));
         List<Integer> open = new ArrayList<>(ends.keySet());
         long remaining = cap;
-        while (remaining > 0 && !open.isEmpty()) {
-            long share = Math.max(1, remaining / open.size());
-            for (Iterator<Integer> partitions = open.iterator(); partitions.hasNext() && remaining > 0; ) {
-                int partition = partitions.next();
-                long asked = Math.min(share, remaining);
-                RecordScan.Scanned scanned = ends.get(partition).batchEnd(positions.get(partition), asked);
-                positions.put(partition, scanned.end());
-                remaining -= scanned.records();
-                if (scanned.records() < asked) {
-                    partitions.remove();                // nothing more in it for now
-                }
-            }
-        }
-    }
-
-    @Override
-    public Offset reportLatestOffset() {
-        SortedMap<Integer, Long> positions = new TreeMap<>();
         try {
-            for (Map.Entry<Integer, PartitionEnd> end : ends.entrySet()) {
-                positions.put(end.getKey(), end.getValue().end());
+            while (remaining > 0 && !open.isEmpty()) {
+                long share = Math.max(1, remaining / open.size());
+                for (Iterator<Integer> partitions = open.iterator(); partitions.hasNext() && remaining > 0; ) {
+                    int partition = partitions.next();
+                    long asked = Math.min(share, remaining);
+                    RecordScan.Scanned scanned = ends.get(partition).batchEnd(positions.get(partition), asked);
+                    positions.put(partition, scanned.end());
+                    remaining -= scanned.records();
+                    if (scanned.records() < asked) {
+                        partitions.remove();            // nothing more in it for now
+                    }
+                }
             }
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
         return new LogOffset(positions);
+    }
+
+    @Override
+    public Offset reportLatestOffset() {
+        return offset((partition, end) -> end.end());
     }
 
     @Override

@@ -1,0 +1,189 @@
+"""What one micro-batch costs at a trickle: CPU per trigger of a streaming
+query, Sparkpoint's data path side by side with plain PySpark on the same
+source (issue 12's "default stack at 200 events/s <= 0.5 core").
+
+    .venv/bin/python bench/trigger_cost.py [--rate 100] [--trigger-ms 500] [--warm 120] [--seconds 60]
+
+Each variant runs in a process of its own (its own Spark session and JVM)
+over an event log of 2 partitions that a thread of that process appends
+``--rate`` events/s to (100: one worker's share of the default stack's 200),
+with Spark's ``checkpointLocation`` on local disk and a ``--trigger-ms``
+processing-time trigger:
+
+| variant | session | query |
+|---|---|---|
+| spark-noop | plain PySpark (bench/spark_baseline.py's) | source -> enrich -> Spark's ``noop`` sink: a micro-batch and nothing else |
+| spark-parquet | plain PySpark | source -> enrich -> Spark's Parquet file sink |
+| sparkpoint-staged | the worker's (worker.runtime.session, default settings) | source -> enrich -> ``foreachBatch(BatchStager)``: the worker's files and PostgreSQL sinks |
+| spark-aggregate | plain PySpark | source -> per-symbol VWAP, complete -> ``foreachBatch`` Parquet overwrite |
+| sparkpoint-aggregate | the worker's | source -> per-symbol VWAP, complete -> ``foreachBatch(BatchStager)`` |
+
+The source is Sparkpoint's event log in every variant (Spark's file
+sources cannot tail a growing file). After ``--warm`` seconds each variant
+counts its batches and the CPU its JVM (``/proc``; the JIT compiler's
+threads apart) and its Python process used for ``--seconds``. Prints a
+table and writes bench/results/trigger_cost-<date>.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "pipelines")]
+
+from bench.report import publish_json, publish_table, unused_name  # noqa: E402
+
+VARIANTS = {
+    "spark-noop": "plain PySpark, noop sink",
+    "spark-parquet": "plain PySpark, Parquet file sink",
+    "sparkpoint-staged": "Sparkpoint, staged (files, PostgreSQL)",
+    "spark-aggregate": "plain PySpark, aggregate, foreachBatch Parquet",
+    "sparkpoint-aggregate": "Sparkpoint, aggregate, staged",
+}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def thread_ticks(pid: int) -> tuple[int, int]:
+    """CPU ticks of process ``pid``: in all, and in its JIT compiler threads."""
+    total = compiler = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:
+            continue        # a thread that ended meanwhile
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        ticks = int(fields[11]) + int(fields[12])
+        total += ticks
+        compiler += ticks if "Compiler" in name else 0
+    return total, compiler
+
+
+def query(variant: str, root: Path, trigger_ms: int):
+    """The variant's streaming query, started."""
+    from pyspark.sql import functions as F
+    from trading import TRADE_SCHEMA, VWAP_AGGREGATIONS, enrich
+
+    from worker.sources.log_source import read_log
+
+    if variant.startswith("spark-"):
+        from bench.spark_baseline import session
+        spark = session()
+    else:
+        from worker.runtime.session import start_session
+        from worker.settings import WorkerSettings
+        spark = start_session(WorkerSettings.model_construct(worker_id="bench"))
+    df = read_log(spark, root / "log", TRADE_SCHEMA)
+    if variant.endswith("aggregate"):
+        df = df.groupBy("sym").agg(*(F.expr(expr).alias(column) for column, expr in VWAP_AGGREGATIONS.items()))
+        writer = df.writeStream.outputMode("complete")
+    else:
+        writer = enrich(df).writeStream.outputMode("append")
+    writer = writer.option("checkpointLocation", str(root / "checkpoint")).trigger(
+        processingTime=f"{trigger_ms} milliseconds")
+    (root / "out").mkdir()
+    if variant == "spark-noop":
+        writer = writer.format("noop")
+    elif variant == "spark-parquet":
+        writer = writer.format("parquet").option("path", str(root / "out"))
+    elif variant == "spark-aggregate":
+        writer = writer.foreachBatch(lambda batch, _: batch.write.mode("overwrite").parquet(str(root / "out")))
+    else:
+        from worker.sinks.staging import BatchStager
+        writer = writer.foreachBatch(BatchStager(root / "out"))
+    return spark, writer.start()
+
+
+def run_variant(args: argparse.Namespace) -> dict:
+    """One variant in this process; its figures."""
+    from sparkpoint.eventlog import EventLog
+    from sparkpoint.producer import append_trades, trades
+
+    root = Path(tempfile.mkdtemp(prefix="trigger-cost-"))
+    log = EventLog.create(root / "log", 2)
+    events = trades(seed=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        tick = 0.05
+        while not stop.wait(tick):
+            append_trades(log, [next(events) for _ in range(max(1, round(args.rate * tick)))])
+
+    append_trades(log, [next(events) for _ in range(args.rate)])
+    threading.Thread(target=produce, daemon=True).start()
+    spark, started = query(args.variant, root, args.trigger_ms)
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+    def reading() -> tuple[int, int, int, float]:
+        progress = started.lastProgress
+        total, compiler = thread_ticks(jvm)
+        return (progress["batchId"] if progress else 0), total, compiler, sum(os.times()[:2])
+
+    stop.wait(args.warm)
+    before = reading()
+    stop.wait(args.seconds)
+    after = reading()
+    if started.exception():
+        raise SystemExit(f"{args.variant}: the query failed: {started.exception()}")
+    stop.set()
+    started.stop()
+    spark.stop()
+    batches = after[0] - before[0]
+    return {"variant": args.variant, "batches": batches, "seconds": args.seconds,
+            "jvm_ms": 1000 * (after[1] - before[1]) / TICK / batches,
+            "compiler_ms": 1000 * (after[2] - before[2]) / TICK / batches,
+            "python_ms": 1000 * (after[3] - before[3]) / batches}
+
+
+def table(args: argparse.Namespace, results: list[dict]) -> list[str]:
+    lines = [f"# CPU per micro-batch at {args.rate} events/s, a trigger every {args.trigger_ms} ms "
+             f"({args.seconds} s measured after {args.warm} s)", "",
+             f"Command: `bench/trigger_cost.py --rate {args.rate} --trigger-ms {args.trigger_ms} "
+             f"--warm {args.warm} --seconds {args.seconds}`", "",
+             "| variant | batches | JVM ms/batch | of which JIT | Python ms/batch | cores | vs spark-noop |",
+             "|---|---|---|---|---|---|---|"]
+    floor = next(r["jvm_ms"] + r["python_ms"] for r in results if r["variant"] == "spark-noop")
+    for r in results:
+        per_batch = r["jvm_ms"] + r["python_ms"]
+        cores = per_batch * r["batches"] / r["seconds"] / 1000
+        lines.append(f"| {VARIANTS[r['variant']]} | {r['batches']} | {r['jvm_ms']:.1f} | {r['compiler_ms']:.1f} "
+                     f"| {r['python_ms']:.1f} | {cores:.3f} | {per_batch / floor:.2f} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=int, default=100, help="events/s appended")
+    parser.add_argument("--trigger-ms", type=int, default=500)
+    parser.add_argument("--warm", type=float, default=120, help="seconds before measuring")
+    parser.add_argument("--seconds", type=float, default=60, help="seconds measured")
+    parser.add_argument("--variant", choices=VARIANTS, help="run this variant here (the bench runs each so)")
+    args = parser.parse_args()
+    if args.variant:
+        print(json.dumps(run_variant(args)))
+        return
+    results = []
+    for variant in VARIANTS:
+        child = subprocess.run([sys.executable, __file__, "--variant", variant, "--rate", str(args.rate),
+                                "--trigger-ms", str(args.trigger_ms), "--warm", str(args.warm),
+                                "--seconds", str(args.seconds)], capture_output=True, text=True)
+        if child.returncode:
+            raise SystemExit(f"{variant} failed:\n{child.stderr[-3000:]}")
+        results.append(json.loads(child.stdout.splitlines()[-1]))
+        print(f"{variant}: {results[-1]}", file=sys.stderr)
+    name = unused_name(f"trigger_cost-{time.strftime('%Y-%m-%d')}")
+    publish_table(name, table(args, results))
+    publish_json(name, {"rate": args.rate, "trigger_ms": args.trigger_ms, "warm": args.warm,
+                        "seconds": args.seconds, "results": results})
+
+
+if __name__ == "__main__":
+    main()

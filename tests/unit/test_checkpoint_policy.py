@@ -72,6 +72,28 @@ def test_missed_intervals_do_not_produce_a_backlog():
     assert scheduler.dropped == 0
 
 
+def test_due_times_fall_at_the_phase_of_the_wall_clocks_intervals():
+    # Monotonic 5,000 is wall 12,345,678: due at wall 12,346,400, 13,346,400, ...
+    scheduler = CheckpointScheduler(FREQ, now_ms=5_000, wall_ms=12_345_678, phase_ms=400)
+    assert scheduler.tick(5_000 + 721).kind is Tick.NOT_DUE
+    assert scheduler.tick(5_000 + 722) == TickResult(Tick.DUE, 1)
+    scheduler.finished(1)
+    assert scheduler.tick(5_000 + 722 + FREQ - 1).kind is Tick.NOT_DUE
+    assert scheduler.tick(5_000 + 722 + FREQ) == TickResult(Tick.DUE, 2)
+    scheduler.finished(2)
+    # After a stall the phase holds: the next due time is the next one of the grid.
+    assert scheduler.tick(5_000 + 722 + 7 * FREQ + 300) == TickResult(Tick.DUE, 3)
+    scheduler.finished(3)
+    assert scheduler.tick(5_000 + 722 + 8 * FREQ - 1).kind is Tick.NOT_DUE
+    assert scheduler.tick(5_000 + 722 + 8 * FREQ) == TickResult(Tick.DUE, 4)
+
+
+def test_a_start_on_the_phase_waits_a_whole_interval():
+    scheduler = CheckpointScheduler(FREQ, now_ms=0, wall_ms=3_400, phase_ms=400)
+    assert scheduler.tick(FREQ - 1).kind is Tick.NOT_DUE
+    assert scheduler.tick(FREQ) == TickResult(Tick.DUE, 1)
+
+
 def test_start_takes_an_on_demand_checkpoint_outside_the_schedule():
     scheduler = CheckpointScheduler(FREQ, now_ms=0, last_id=7)
     assert scheduler.start() == TickResult(Tick.DUE, 8)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker import api as sp
-from worker.runtime.queries import trigger_interval_ms
+from worker.runtime.queries import checkpoint_phase_ms, trigger_interval_ms
 from worker.settings import WorkerSettings
 
 SCHEMA = "id long, sym string, size long"
@@ -20,3 +20,8 @@ def test_sinks_published_as_batches_come_trigger_at_their_own_interval():
     settings = WorkerSettings.from_env({"SP_TRIGGER_INTERVAL": "1500", "SP_UPSERT_TRIGGER_INTERVAL": "300"})
     assert {branch.sink.name: trigger_interval_ms(branch, settings) for branch in pipeline.branches} == {
         "files_out": 1500, "pg_out": 1500, "upsert_out": 300, "console_out": 300}
+
+
+def test_checkpoints_fall_after_the_transactional_triggers_not_on_them():
+    settings = WorkerSettings.from_env({"SP_TRIGGER_INTERVAL": "1500"})
+    assert 0 < checkpoint_phase_ms(settings) < 1500

@@ -23,13 +23,20 @@ class TickResult:
 class CheckpointScheduler:
     """Every ``frequency_ms`` a checkpoint is due; one due while another is in
     flight is dropped and counted, not queued (KX). Ids strictly increase,
-    continuing after ``last_id`` (the highest id this worker ever used)."""
+    continuing after ``last_id`` (the highest id this worker ever used).
 
-    def __init__(self, frequency_ms: int, now_ms: float, last_id: int = 0) -> None:
+    Due times fall ``phase_ms`` past each multiple of ``frequency_ms`` of the
+    wall clock (``wall_ms``: the wall clock when ``now_ms`` was read; the
+    scheduler itself runs on ``now_ms``'s clock): the first within one
+    interval of ``now_ms``."""
+
+    def __init__(self, frequency_ms: int, now_ms: float, last_id: int = 0, *, wall_ms: float | None = None,
+                 phase_ms: float = 0.0) -> None:
         if frequency_ms <= 0:
             raise ValueError("a scheduler needs a positive frequency")
         self.frequency_ms = frequency_ms
-        self._next_due = now_ms + frequency_ms
+        wall = now_ms if wall_ms is None else wall_ms
+        self._next_due = now_ms + frequency_ms - (wall - phase_ms) % frequency_ms
         self._last_id = last_id
         self.in_flight: int | None = None
         self.dropped = 0

@@ -60,7 +60,7 @@ from worker.lifecycle.restoring import (
 from worker.publishing.publisher import Publisher
 from worker.publishing.sinks import publications
 from worker.runtime.progress import summarize_error
-from worker.runtime.queries import source_logs
+from worker.runtime.queries import checkpoint_phase_ms, source_logs
 from worker.settings import WorkerSettings
 from worker.stateplan.layout import PipelineLayout
 
@@ -135,7 +135,8 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
                               layouts=layout.queries)
     writer.finished_nodes = session.pipeline.finished_nodes(live.finished)
     scheduler = CheckpointScheduler(settings.checkpoint_freq_ms, monotonic_ms(),
-                                    last_id=max(session.store.highest_id_ever(), last_checkpoint_id))
+                                    last_id=max(session.store.highest_id_ever(), last_checkpoint_id),
+                                    wall_ms=time.time() * 1000, phase_ms=checkpoint_phase_ms(settings))
     live.runner = CheckpointRunner(
         writer, session.store, scheduler, CheckpointCommitter(session.client.commit_checkpoint, notifier),
         retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=publisher.durable,

@@ -58,6 +58,22 @@ def trigger_interval_ms(branch: Stream, settings: WorkerSettings) -> int:
     return settings.upsert_trigger_interval_ms if publishes_immediately(branch) else settings.trigger_interval_ms
 
 
+# Spark fires a processing-time trigger at each multiple of its interval on
+# the wall clock (ProcessingTimeExecutor.nextBatchTime), and at a trickle the
+# batches started then commit within a few hundred ms.
+CHECKPOINT_PHASE = 0.4
+
+
+def checkpoint_phase_ms(settings: WorkerSettings) -> float:
+    """Where checkpoints fall in the wall clock's intervals: this share of
+    the transactional queries' trigger interval after their triggers. A
+    checkpoint then cuts the batches those triggers just committed (their
+    output is published when it completes) instead of leaving them to wait
+    up to an interval at whatever phase the worker started in, and runs
+    between the triggers' bursts of planning."""
+    return settings.trigger_interval_ms * CHECKPOINT_PHASE
+
+
 def _read(spark: SparkSession, node: Node, settings: WorkerSettings) -> DataFrame:
     cap = node.params.get("max_records_per_batch", settings.max_records_per_batch)
     return read_log(spark, settings.log_dir / node.params["log"], node.params["schema"],

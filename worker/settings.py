@@ -67,8 +67,9 @@ class WorkerSettings(Settings):
         description="durable checkpoints (the persistent volume); one live worker per directory")
     checkpoint_freq_ms: Milliseconds = Field(
         1000, ge=0, validation_alias="SP_CHECKPOINT_FREQ",
-        description="milliseconds between checkpoints; `0` disables them (a restart replays the source from the "
-                    "beginning)")
+        description="milliseconds between checkpoints, each 0.4 of `SP_TRIGGER_INTERVAL` after Spark's triggers "
+                    "(it cuts the batches they just committed); `0` disables them (a restart replays the source "
+                    "from the beginning)")
     checkpoint_retain: int = Field(
         3, ge=1, description="checkpoints kept; older ones and files no kept checkpoint references are deleted")
     max_same_failures: int = Field(

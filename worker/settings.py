@@ -37,6 +37,11 @@ _PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password", "pg_
              "pg_sslrootcert")
 
 
+# Where checkpoints fall in each interval of the wall clock: this share of
+# SP_TRIGGER_INTERVAL after Spark's processing-time triggers, which fire at
+# each multiple of their interval (ProcessingTimeExecutor.nextBatchTime).
+CHECKPOINT_PHASE = 0.4
+
 # The JVM's tier-4 (C2) compile thresholds, times ten (bench/results/jit-2026-11-27-b.md).
 C2_FOR_HOT_CODE_ONLY = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
                         "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
@@ -67,9 +72,9 @@ class WorkerSettings(Settings):
         description="durable checkpoints (the persistent volume); one live worker per directory")
     checkpoint_freq_ms: Milliseconds = Field(
         1000, ge=0, validation_alias="SP_CHECKPOINT_FREQ",
-        description="milliseconds between checkpoints, each 0.4 of `SP_TRIGGER_INTERVAL` after Spark's triggers "
-                    "(it cuts the batches they just committed); `0` disables them (a restart replays the source "
-                    "from the beginning)")
+        description=f"milliseconds between checkpoints, each {CHECKPOINT_PHASE} of `SP_TRIGGER_INTERVAL` after "
+                    "Spark's triggers (it cuts the batches they just committed); `0` disables them (a restart "
+                    "replays the source from the beginning)")
     checkpoint_retain: int = Field(
         3, ge=1, description="checkpoints kept; older ones and files no kept checkpoint references are deleted")
     max_same_failures: int = Field(

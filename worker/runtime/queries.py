@@ -19,7 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 from sparkpoint.faults import FaultInjector
 from worker.api.graph import Node, Pipeline, PipelineError, Stream
 from worker.publishing.sinks import publishes_immediately
-from worker.settings import WorkerSettings
+from worker.settings import CHECKPOINT_PHASE, WorkerSettings
 from worker.sinks.console import ConsolePrinter
 from worker.sinks.staging import BatchStager
 from worker.sources.log_source import read_log
@@ -58,19 +58,14 @@ def trigger_interval_ms(branch: Stream, settings: WorkerSettings) -> int:
     return settings.upsert_trigger_interval_ms if publishes_immediately(branch) else settings.trigger_interval_ms
 
 
-# Spark fires a processing-time trigger at each multiple of its interval on
-# the wall clock (ProcessingTimeExecutor.nextBatchTime), and at a trickle the
-# batches started then commit within a few hundred ms.
-CHECKPOINT_PHASE = 0.4
-
-
 def checkpoint_phase_ms(settings: WorkerSettings) -> float:
     """Where checkpoints fall in the wall clock's intervals: this share of
     the transactional queries' trigger interval after their triggers. A
     checkpoint then cuts the batches those triggers just committed (their
     output is published when it completes) instead of leaving them to wait
     up to an interval at whatever phase the worker started in, and runs
-    between the triggers' bursts of planning."""
+    between the triggers' bursts of planning (at a trickle the batches a
+    trigger starts commit within a few hundred ms)."""
     return settings.trigger_interval_ms * CHECKPOINT_PHASE
 
 

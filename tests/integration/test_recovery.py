@@ -193,9 +193,17 @@ def three_unpublished_checkpoints(make_stack, seed: int, **env: str):
                timeout_s=240, what="the first events processed and published")
     stack.kill("controller")
     published = store.checkpoint_ids()[-1]
-    events += write_trades(log, 1500, seed=seed + 1)
-    wait_until(lambda: len([i for i in store.checkpoint_ids() if i > published]) >= 3, timeout_s=240,
-               what="three durable checkpoints while the controller is down")
+
+    def unpublished() -> int:
+        return len([i for i in store.checkpoint_ids() if i > published])
+
+    # Only a checkpoint after a commit is durable (an idle one is empty), and
+    # how many batches one write becomes depends on the machine's speed: write
+    # more after each new checkpoint until there are three.
+    while (before := unpublished()) < 3:
+        events += write_trades(log, 500, seed=seed + 1 + before)
+        wait_until(lambda: unpublished() > before, timeout_s=120,
+                   what=f"durable checkpoint {before + 1} of 3 while the controller is down")
     return stack, log, store, events, published
 
 

@@ -63,6 +63,12 @@ class StackConfig:
         return self.root / "checkpoints" / f"worker-{index}"
 
     @property
+    def checkpoint_dirs(self) -> str:
+        """Every index's checkpoint directory, as ``SP_CHECKPOINT_DIR`` names
+        them for a worker that may take over any index."""
+        return str(self.root / "checkpoints" / "worker-{index}")
+
+    @property
     def api_token_file(self) -> Path:
         return self.root / "secrets" / "api-token"
 
@@ -139,15 +145,27 @@ class LocalStack:
         env = {**self._base_env(), "SP_CONTROLLER_STATE_DIR": str(self.config.root / "controller"), **extra}
         return self._start("controller", "controller", env)
 
-    def start_worker(self, index: int, **extra: str) -> Service:
+    def start_worker(self, index: int, *, takes_over: bool = False, **extra: str) -> Service:
+        """``takes_over``: it waits as a standby while another process holds its index."""
         env = {
             **self._base_env(),
             "SP_WORKER_INDEX": str(index),
             "SP_WORK_DIR": str(self.config.work_dir(index)),
-            "SP_CHECKPOINT_DIR": str(self.config.checkpoint_dir(index)),
+            "SP_CHECKPOINT_DIR": self.config.checkpoint_dirs if takes_over else str(self.config.checkpoint_dir(index)),
             **extra,
         }
         return self._start(f"worker-{index}", "worker", env)
+
+    def start_standby(self, name: str = "standby", **extra: str) -> Service:
+        """A worker that takes over the index of the first worker whose process ends."""
+        env = {
+            **self._base_env(),
+            "SP_WORKER_ROLE": "standby",
+            "SP_WORK_DIR": str(self.config.root / "work" / name),
+            "SP_CHECKPOINT_DIR": self.config.checkpoint_dirs,
+            **extra,
+        }
+        return self._start(name, "worker", env)
 
     def start_producer(self, **extra: str) -> Service:
         return self._start("producer", "sparkpoint.producer", {**self._base_env(), **extra})
@@ -210,7 +228,7 @@ class DevStackSettings(Settings):
 
 # Set per service by the stack itself; every other SP_* variable of the
 # caller's environment reaches all services.
-_PER_SERVICE = {"SP_WORKER_INDEX", "SP_WORKER_ID", "SP_WORK_DIR", "SP_CHECKPOINT_DIR"}
+_PER_SERVICE = {"SP_WORKER_INDEX", "SP_WORKER_ID", "SP_WORK_DIR", "SP_CHECKPOINT_DIR", "SP_WORKER_ROLE"}
 
 
 def main() -> None:

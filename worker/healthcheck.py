@@ -2,7 +2,7 @@
 
 Healthy means: registered with the controller at least once, every query
 alive, and the worker wrote this within the last ``SP_HEALTH_MAX_AGE``
-seconds (default 30). The worker writes ``<SP_WORK_DIR>/health.json`` with
+seconds (default 30) -- or, for a standby, only the last. The worker writes ``<SP_WORK_DIR>/health.json`` with
 each progress report, whether or not the controller is reachable -- a worker
 that keeps processing while the controller is down is healthy.
 """
@@ -19,6 +19,7 @@ from sparkpoint.settings import SettingsError
 from worker.settings import WorkerSettings
 
 FILE_NAME = "health.json"
+STANDBY = "standby"
 
 
 def write_health(work_dir: Path, *, registered: bool, queries_alive: bool, state: str) -> None:
@@ -27,6 +28,14 @@ def write_health(work_dir: Path, *, registered: bool, queries_alive: bool, state
     tmp.write_text(json.dumps({"registered": registered, "queries_alive": queries_alive, "state": state,
                                "updated_at": time.time()}))
     os.replace(tmp, work_dir / FILE_NAME)
+
+
+def standing_by(work_dir: Path, every_s: float = 5.0) -> None:
+    """A standby's health: its Spark session is up and it is waiting for an
+    index (written at most every ``every_s`` seconds)."""
+    path = work_dir / FILE_NAME
+    if not path.exists() or time.time() - path.stat().st_mtime >= every_s:
+        write_health(work_dir, registered=False, queries_alive=False, state=STANDBY)
 
 
 def clear_health(work_dir: Path) -> None:
@@ -42,11 +51,13 @@ def check(work_dir: Path, max_age_s: float, now: float) -> str | None:
         return "not started yet (no health file)"
     except ValueError:
         return "health file unreadable"
+    age = now - float(health.get("updated_at", 0))
+    if health.get("state") == STANDBY:
+        return None if age <= max_age_s else f"standby silent for {age:.0f}s"
     if not health.get("registered"):
         return "not registered with the controller"
     if not health.get("queries_alive"):
         return f"queries not running (state {health.get('state')})"
-    age = now - float(health.get("updated_at", 0))
     if age > max_age_s:
         return f"no progress report for {age:.0f}s"
     return None

@@ -6,7 +6,10 @@ Steps:
 2. Fence the checkpoint directory: one live worker per directory; start the
    Spark session (its JVM is forked before any gRPC channel exists: gRPC's
    fork handlers can break the launch) and derive the pipeline's layout:
-   which state belongs to which node.
+   which state belongs to which node. A standby (``SP_WORKER_ROLE``), or a
+   worker whose index a live process holds, fences only now: it waits, its
+   session warm, for the first index whose worker ends
+   (``worker.lifecycle.claim``), and runs as that worker.
 3-8. Serve runs of the pipeline in that session (``worker.lifecycle.serve``)
    until one ends other than in a restart: a savepoint restore, or a failed
    query (restored into the same session after the restart policy's
@@ -22,13 +25,15 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from sparkpoint.settings import SettingsError, exit_with_error
 from worker.api.graph import Pipeline, PipelineError
 from worker.api.loader import load_pipeline
-from worker.checkpointing.store import CheckpointStore, FenceError
+from worker.checkpointing.store import FenceError
 from worker.control.client import ControllerClient, WorkerIdentity
-from worker.healthcheck import clear_health
+from worker.healthcheck import clear_health, standing_by
+from worker.lifecycle.claim import Standby, claim
 from worker.lifecycle.restarts import RestartPolicy
 from worker.lifecycle.serve import RunEnd, Session, serve
 from worker.publishing.sinks import check_sinks
@@ -41,18 +46,22 @@ PROGRAM = "sparkpoint-worker"
 EXIT_CODES = {RunEnd.STOPPED: 0, RunEnd.FAILED: 1}
 
 
-def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> int:
+def run(settings: WorkerSettings, environ: Mapping[str, str], pipeline: Pipeline, stop: threading.Event) -> int:
     """Steps 2-7; returns the exit status."""
-    checkpoints_on = settings.checkpoint_freq_ms > 0
     clear_health(settings.work_dir)
-    # 2.
-    store = CheckpointStore(settings.checkpoint_dir)
-    try:
-        fence = store.acquire(settings.worker_id)
-    except (FenceError, OSError) as error:
-        exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
-    for problem in store.quarantine_unreadable() if checkpoints_on else []:
-        log.error("unreadable checkpoint manifest, moved to quarantine: %s", problem)
+    # 2. The fence: a worker takes its own index at once; a standby (or a
+    #    worker whose index a live process holds, with takes_over) once its
+    #    Spark session is up.
+    taken = None
+    if settings.worker_role == "worker":
+        try:
+            taken = claim(settings)
+        except FenceError as error:
+            if not settings.takes_over:
+                exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
+            log.info("index %d is held by %s: waiting as a standby", settings.worker_index, error.holder)
+        except OSError as error:
+            exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
     from pyspark.errors import PySparkException
 
     from worker.runtime.session import MissingJar, start_session
@@ -75,6 +84,18 @@ def run(settings: WorkerSettings, pipeline: Pipeline, stop: threading.Event) -> 
     except PySparkException as error:
         exit_with_error(PROGRAM, f"{settings.pipeline}: {summarize_error(str(error))}")
     log.info("pipeline layout derived in %.1f s", time.monotonic() - started)
+    if taken is None:
+        try:
+            taken = Standby(environ, settings).wait(stop, on_idle=lambda: standing_by(settings.work_dir))
+        except OSError as error:
+            exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
+        if taken is None:
+            spark.stop()
+            return EXIT_CODES[RunEnd.STOPPED]
+    settings, store, fence = taken.settings, taken.store, taken.fence
+    checkpoints_on = settings.checkpoint_freq_ms > 0
+    for problem in store.quarantine_unreadable() if checkpoints_on else []:
+        log.error("unreadable checkpoint manifest, moved to quarantine: %s", problem)
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
                               pipeline.fingerprint(), layout.node_names, pipeline.graph(), fence)
     client = ControllerClient(settings.controller_addr, identity,
@@ -110,7 +131,7 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    raise SystemExit(run(settings, pipeline, stop))
+    raise SystemExit(run(settings, os.environ, pipeline, stop))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from sparkpoint import limits
 from sparkpoint.errors import shown
@@ -47,8 +48,14 @@ C2_FOR_HOT_CODE_ONLY = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocati
                         "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
 
 
+# In SP_CHECKPOINT_DIR (and SP_WORKER_ID, SP_GRPC_TLS_CERT_FILE, SP_GRPC_TLS_KEY_FILE):
+# the index the process runs, so that it may take over any index (see SP_WORKER_ROLE).
+INDEX = "{index}"
+
+
 class WorkerSettings(Settings):
     program = "worker"
+    _takes_over: bool = PrivateAttr(False)
 
     pipeline: UserPath = Field(Path("pipelines/trades.py"), description="pipeline definition file")
     worker_count: WorkerCount = 1
@@ -58,6 +65,11 @@ class WorkerSettings(Settings):
     worker_id: str = Field(default_factory=lambda given: f"worker-{given['worker_index']}",
                            description="name in status and logs: letters, digits, `_` `.` `-`, starting with a "
                                        "letter or digit, at most 64 characters (what the controller accepts)")
+    worker_role: Literal["worker", "standby"] = Field(
+        "worker", description="`standby`: start the Spark session, then wait and take over the index of the first "
+                              "worker whose process ends (the lock on its checkpoint directory is free) and run as "
+                              "that worker. With `{index}` in `SP_CHECKPOINT_DIR` a `worker` whose index a live "
+                              "process holds waits as a standby too; without it, it stops")
     controller_addr: Address = Field("localhost:50051", description="controller gRPC address (`host:port`)")
     grpc_token_file: GrpcTokenFile = None
     grpc_tls_cert_file: GrpcTlsCertFile = None
@@ -69,7 +81,10 @@ class WorkerSettings(Settings):
                     "subdirectory)")
     checkpoint_dir: UserPath = Field(
         default_factory=lambda given: Path(f"var/checkpoints/{given['worker_id']}"),
-        description="durable checkpoints (the persistent volume); one live worker per directory")
+        description="durable checkpoints (the persistent volume); one live worker per directory. `{index}` in it "
+                    "(and in `SP_WORKER_ID`, `SP_GRPC_TLS_CERT_FILE`, `SP_GRPC_TLS_KEY_FILE`) stands for the index "
+                    "run: every index's directory must then be reachable, so that any worker may take over any "
+                    "index")
     checkpoint_freq_ms: Milliseconds = Field(
         1000, ge=0, validation_alias="SP_CHECKPOINT_FREQ",
         description=f"milliseconds between checkpoints, each {CHECKPOINT_PHASE} of `SP_TRIGGER_INTERVAL` after "
@@ -141,6 +156,37 @@ class WorkerSettings(Settings):
                         "rows and mark, before COMMIT) makes the worker SIGKILL itself there, once; "
                         "`staging.commit[:n][:always]` fails the query staging a batch instead (once, or every "
                         "time from the n-th)")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Self:
+        return cls.for_index(environ, None)
+
+    @classmethod
+    def for_index(cls, environ: Mapping[str, str], index: int | None) -> Self:
+        """The settings of worker ``index`` (None: ``SP_WORKER_INDEX``'s): every
+        ``{index}`` in an ``SP_*`` value replaced by it."""
+        takes_over = INDEX in environ.get("SP_CHECKPOINT_DIR", "")
+        given = environ.get("SP_WORKER_INDEX", "").strip() or "0"
+        chosen = given if index is None else str(index)
+        settings = super().from_env({**{name: value.replace(INDEX, chosen) if name.startswith("SP_") else value
+                                        for name, value in environ.items()}, "SP_WORKER_INDEX": chosen})
+        if takes_over and INDEX not in (environ.get("SP_WORKER_ID", "").strip() or INDEX):
+            raise SettingsError("SP_WORKER_ID", f"must contain {INDEX}, or be unset, when SP_CHECKPOINT_DIR does: a "
+                                                "worker that takes over an index takes its id")
+        if settings.worker_role == "standby":
+            if not takes_over:
+                raise SettingsError("SP_WORKER_ROLE", f"a standby needs {INDEX} in SP_CHECKPOINT_DIR, where it "
+                                                      "finds the checkpoints of the index it takes over")
+            if not environ.get("SP_WORK_DIR", "").strip():
+                raise SettingsError("SP_WORK_DIR", "a standby needs a working directory of its own: set it")
+        settings._takes_over = takes_over
+        return settings
+
+    @property
+    def takes_over(self) -> bool:
+        """Whether this worker may run another index than its own
+        (``{index}`` in ``SP_CHECKPOINT_DIR``)."""
+        return self._takes_over
 
     @field_validator("worker_id")
     @classmethod

@@ -340,3 +340,42 @@ def test_torn_cuts_are_refused_named_and_fallen_back_from_never_replayed_into_a_
     assert "would publish it twice" in worker_log and "torn cut" in worker_log
     ids = [row["id"] for row in read_published(stack.config.output_dir / "trades_enriched").to_pylist()]
     assert len(ids) == len(set(ids)) == len(events)
+
+
+def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in_turn(make_stack):
+    stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST)
+    log = EventLog.create(stack.config.log_dir / "trades", PARTITIONS)
+    events = write_trades(log, 600, seed=31)
+    stack.start_controller()
+    stack.start_worker(0, takes_over=True)
+    stack.start_standby()
+    logs = {name: stack.services[name].log_path for name in ("worker-0", "standby")}
+    wait_until(lambda: "every index (1) is held" in logs["standby"].read_text(), timeout_s=240,
+               what="the standby's Spark session up, waiting")
+
+    for round_, (victim, heir) in enumerate((("worker-0", "standby"), ("standby", "worker-0"))):
+        # 1. The victim runs index 0 with a complete checkpoint; then it dies.
+        worker = wait_until(lambda: (w := caught_up(stack, log, QUERIES)) and w["last_checkpoint"] and w,
+                            timeout_s=240, what=f"{victim} caught up with a complete checkpoint")
+        complete = worker["last_checkpoint"]["checkpoint_id"]
+        heir_log = logs[heir].stat().st_size
+        stack.kill(victim)
+        events += write_trades(log, 600, seed=32 + round_)
+
+        # 2. The heir, waiting with its session up, takes index 0 over and
+        #    restores the last complete checkpoint (or a newer durable one).
+        wait_until(lambda: (w := caught_up(stack, log, QUERIES)) and
+                   w["recovery"]["restored_checkpoint_id"] >= complete, timeout_s=240,
+                   what=f"{heir} to take over index 0 and catch up")
+        took_over = logs[heir].read_bytes()[heir_log:].decode()
+        assert "standby: taking over index 0 as worker-0" in took_over
+
+        # 3. The victim, started again, finds index 0 held and stands by.
+        since = logs[victim].stat().st_size
+        if victim == "worker-0":
+            stack.start_worker(0, takes_over=True)
+        else:
+            stack.start_standby()
+        wait_until(lambda: "every index (1) is held" in logs[victim].read_bytes()[since:].decode(),
+                   timeout_s=240, what=f"{victim} started again to stand by")
+    check_output(stack, events)

@@ -36,3 +36,12 @@ def test_a_restarted_worker_clears_the_old_health_file(tmp_path):
     write_health(tmp_path, registered=True, queries_alive=True, state="WORKER_STATE_RUNNING")
     clear_health(tmp_path)
     assert check(tmp_path, 30, now=0) == "not started yet (no health file)"
+
+
+def test_a_standby_is_healthy_while_it_keeps_saying_so(tmp_path):
+    from worker.healthcheck import standing_by
+
+    standing_by(tmp_path)
+    written = json.loads((tmp_path / FILE_NAME).read_text())["updated_at"]
+    assert check(tmp_path, 30, now=written + 5) is None
+    assert check(tmp_path, 30, now=written + 31) == "standby silent for 31s"

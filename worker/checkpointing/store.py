@@ -35,7 +35,12 @@ _COPY_CHUNK = 1 << 20
 
 
 class FenceError(RuntimeError):
-    """Another live worker holds this checkpoint directory."""
+    """Another live worker holds this checkpoint directory; ``holder``
+    names it (as it wrote itself into ``LOCK``)."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class CorruptCheckpoint(ValueError):
@@ -69,7 +74,7 @@ class CheckpointStore:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
             raise FenceError(f"checkpoint directory {self.root} is in use by {holder}; "
-                             "two live workers must not share one") from None
+                             "two live workers must not share one", holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{owner} (pid {os.getpid()})".encode(), 0)
         self._lock_fd = fd

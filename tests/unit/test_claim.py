@@ -1,0 +1,89 @@
+"""Which index a worker runs: its own, or as a standby the first whose
+lock is free (worker.lifecycle.claim), on real locks in temporary directories."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from sparkpoint.settings import SettingsError
+from worker.checkpointing.store import CheckpointStore, FenceError
+from worker.lifecycle.claim import Standby, claim
+from worker.settings import WorkerSettings
+
+
+def environ(tmp_path, **extra: str) -> dict[str, str]:
+    return {"SP_WORKER_COUNT": "3", "SP_CHECKPOINT_DIR": str(tmp_path / "checkpoints" / "w{index}"),
+            "SP_WORK_DIR": str(tmp_path / "work"), **extra}
+
+
+def holders(tmp_path, *indices: int) -> dict[int, CheckpointStore]:
+    """Stores whose lock this test holds, as a live worker would."""
+    stores = {i: CheckpointStore(tmp_path / "checkpoints" / f"w{i}") for i in indices}
+    for i, store in stores.items():
+        store.acquire(f"worker-{i} elsewhere")
+    return stores
+
+
+def test_each_index_gets_its_own_directory_and_id(tmp_path):
+    env = environ(tmp_path, SP_WORKER_INDEX="1")
+    own = WorkerSettings.from_env(env)
+    assert (own.worker_index, own.worker_id, own.checkpoint_dir) == (1, "worker-1", tmp_path / "checkpoints" / "w1")
+    assert own.takes_over
+    other = WorkerSettings.for_index({**env, "SP_WORKER_ID": "node-{index}"}, 2)
+    assert (other.worker_index, other.worker_id, other.checkpoint_dir) == (2, "node-2", tmp_path / "checkpoints" / "w2")
+    assert not WorkerSettings.from_env({"SP_CHECKPOINT_DIR": str(tmp_path)}).takes_over
+
+
+@pytest.mark.parametrize(("extra", "variable"), [
+    ({"SP_WORKER_ID": "fixed"}, "SP_WORKER_ID"),
+    ({"SP_WORKER_ROLE": "standby", "SP_CHECKPOINT_DIR": "/c"}, "SP_WORKER_ROLE"),
+    ({"SP_WORKER_ROLE": "standby", "SP_WORK_DIR": ""}, "SP_WORK_DIR"),
+    ({"SP_WORKER_ROLE": "spare"}, "SP_WORKER_ROLE"),
+])
+def test_settings_a_takeover_cannot_keep_are_refused_naming_the_variable(tmp_path, extra, variable):
+    with pytest.raises(SettingsError) as raised:
+        WorkerSettings.from_env(environ(tmp_path, **extra))
+    assert raised.value.variable == variable
+
+
+def test_a_worker_takes_its_own_index_or_is_told_who_holds_it(tmp_path):
+    env = environ(tmp_path, SP_WORKER_INDEX="1")
+    held = holders(tmp_path, 1)
+    with pytest.raises(FenceError) as raised:
+        claim(WorkerSettings.from_env(env))
+    assert raised.value.holder.startswith("worker-1 elsewhere (pid ")
+    held[1].release()
+    taken = claim(WorkerSettings.from_env(env))
+    assert (taken.settings.worker_id, taken.fence.generation) == ("worker-1", 2)
+
+
+def test_a_standby_takes_the_first_index_whose_lock_is_free_and_keeps_its_own_work_dir(tmp_path):
+    env = environ(tmp_path, SP_WORKER_ROLE="standby")
+    held = holders(tmp_path, 0, 1, 2)
+    standby = Standby(env, WorkerSettings.from_env(env))
+    assert standby.try_once() is None
+    held[2].release()
+    taken = standby.try_once()
+    assert (taken.settings.worker_index, taken.settings.worker_id) == (2, "worker-2")
+    assert taken.settings.work_dir == tmp_path / "work"
+    with pytest.raises(FenceError):      # it now holds index 2 as the worker did
+        CheckpointStore(tmp_path / "checkpoints" / "w2").acquire("another")
+
+
+def test_waiting_ends_with_the_index_freed_between_tries_or_with_stop(tmp_path):
+    env = environ(tmp_path, SP_WORKER_ROLE="standby")
+    held = holders(tmp_path, 0, 1, 2)
+    standby = Standby(env, WorkerSettings.from_env(env), poll_s=0)
+    idle: list[int] = []
+
+    def on_idle() -> None:       # the holder of index 0 dies after the second try
+        idle.append(1)
+        if len(idle) == 2:
+            held[0].release()
+    taken = standby.wait(threading.Event(), on_idle)
+    assert (taken.settings.worker_index, len(idle)) == (0, 2)
+
+    stop = threading.Event()
+    assert Standby(env, WorkerSettings.from_env(env), poll_s=0).wait(stop, on_idle=stop.set) is None

@@ -1,0 +1,81 @@
+"""Which worker index this process runs: its own, or -- waiting as a
+standby -- the first whose worker is gone.
+
+A checkpoint directory's lock (``CheckpointStore.acquire``) is held as long
+as its worker process lives, and the kernel releases it the moment that
+process ends, however it ends. So a process runs an index exactly while it
+holds that index's lock. A standby tries every index's lock every
+``poll_s`` and takes over the first it gets: a crashed worker is replaced
+within milliseconds of its death, with no heartbeat to wait out. A paused
+or cut-off process keeps its lock, and with it its index: nothing else
+writes for that index meanwhile.
+
+With ``{index}`` in ``SP_CHECKPOINT_DIR`` (``WorkerSettings.takes_over``)
+every index's directory is reachable, each index's settings derive from
+the same environment (``WorkerSettings.for_index``), and a worker whose own
+index is held waits as a standby too: the container Docker restarts after
+a crash becomes the next standby.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sparkpoint.messages import VolumeFence
+from worker.checkpointing.store import CheckpointStore, FenceError
+from worker.settings import WorkerSettings
+
+log = logging.getLogger("sparkpoint.worker")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An index this process holds: its settings, its fenced store and the fence."""
+
+    settings: WorkerSettings
+    store: CheckpointStore
+    fence: VolumeFence
+
+
+def claim(settings: WorkerSettings) -> Claim:
+    """Take ``settings``' index; raises ``FenceError`` naming the live
+    holder if there is one."""
+    store = CheckpointStore(settings.checkpoint_dir)
+    return Claim(settings, store, store.acquire(settings.worker_id))
+
+
+class Standby:
+    """Waits for an index whose lock is free (every index's settings are
+    derived once, from ``environ``; each keeps this process's ``work_dir``)."""
+
+    def __init__(self, environ: Mapping[str, str], own: WorkerSettings, *, poll_s: float = 0.1) -> None:
+        self._candidates = [own if index == own.worker_index else
+                            WorkerSettings.for_index(environ, index).model_copy(update={"work_dir": own.work_dir})
+                            for index in range(own.worker_count)]
+        self._poll_s = poll_s
+
+    def try_once(self) -> Claim | None:
+        """The first index whose lock is free, taken; None if every one is held."""
+        for settings in self._candidates:
+            try:
+                return claim(settings)
+            except FenceError:
+                continue
+        return None
+
+    def wait(self, stop: threading.Event, on_idle: Callable[[], None] = lambda: None) -> Claim | None:
+        """Until an index is taken (returned) or ``stop`` (None); ``on_idle``
+        runs between tries (the health file)."""
+        log.info("standby: every index (%d) is held; taking over the first whose worker ends",
+                 len(self._candidates))
+        while not stop.is_set():
+            if (taken := self.try_once()) is not None:
+                log.info("standby: taking over index %d as %s", taken.settings.worker_index,
+                         taken.settings.worker_id)
+                return taken
+            on_idle()
+            stop.wait(self._poll_s)
+        return None

@@ -17,6 +17,7 @@ from sparkpoint.stack_secrets import CERTIFICATES, COMPOSE_SECRETS, ensure_compo
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
+WORKERS = ("worker-0", "worker-1", "standby")      # every container that runs a worker index
 
 
 def test_no_password_or_token_is_written_in_the_file():
@@ -35,13 +36,14 @@ def test_no_password_or_token_is_written_in_the_file():
     controller = SERVICES["controller"]["environment"]
     assert (controller["SP_API_TOKEN_FILE"], controller["SP_GRPC_TOKEN_FILE"]) == (
         "/run/secrets/api_token", "/run/secrets/grpc_token")
-    for worker in ("worker-0", "worker-1"):
+    for worker in WORKERS:
         env = SERVICES[worker]["environment"]
         assert (env["SP_GRPC_TOKEN_FILE"], env["SP_PG_PASSWORD_FILE"]) == (
             "/run/secrets/grpc_token", "/run/secrets/postgres_password")
+        # Any worker container may take over any index: it holds every worker's certificate.
         assert set(SERVICES[worker]["secrets"]) == {"grpc_token", "postgres_password", "ca_cert",
-                                                    f"{worker.replace('-', '_')}_tls_cert",
-                                                    f"{worker.replace('-', '_')}_tls_key"}
+                                                    *(f"worker_{i}_tls_{kind}" for i in (0, 1)
+                                                      for kind in ("cert", "key"))}
     assert "SP_API_AUTH" not in text and "SP_GRPC_AUTH" not in text
 
 
@@ -62,7 +64,7 @@ def test_the_networks_are_separated():
     assert SERVICES["producer"]["network_mode"] == "none"
     assert set(SERVICES["controller"]["networks"]) == {"front", "control"}
     assert set(SERVICES["postgres"]["networks"]) == {"data"}
-    assert set(SERVICES["worker-0"]["networks"]) == set(SERVICES["worker-1"]["networks"]) == {"control", "data"}
+    assert all(set(SERVICES[worker]["networks"]) == {"control", "data"} for worker in WORKERS)
     assert set(SERVICES["prometheus"]["networks"]) == {"front"}
     # Only the controller's REST port (and Prometheus') is published, on 127.0.0.1 by default.
     published = {name: spec.get("ports") for name, spec in SERVICES.items() if spec.get("ports")}
@@ -75,7 +77,7 @@ def test_postgres_takes_tls_only_and_the_workers_verify_it():
     assert set(postgres["secrets"]) == {"postgres_password", "postgres_tls_cert", "postgres_tls_key"}
     assert (postgres["environment"]["POSTGRES_TLS_CERT_FILE"], postgres["environment"]["POSTGRES_TLS_KEY_FILE"]) == (
         "/run/secrets/postgres_tls_cert", "/run/secrets/postgres_tls_key")
-    for worker in ("worker-0", "worker-1"):
+    for worker in WORKERS:
         env = SERVICES[worker]["environment"]
         assert (env["SP_PG_SSLMODE"], env["SP_PG_SSLROOTCERT"], env["SP_PG_HOST"]) == (
             "verify-full", "/run/secrets/ca_cert", "postgres")
@@ -83,22 +85,26 @@ def test_postgres_takes_tls_only_and_the_workers_verify_it():
     assert not any(spec["file"].endswith("ca.key") for spec in COMPOSE["secrets"].values())
 
 
-def test_grpc_runs_over_mutual_tls_each_worker_with_its_own_certificate():
+def test_grpc_runs_over_mutual_tls_each_worker_index_with_its_own_certificate():
     controller = SERVICES["controller"]
     assert set(controller["secrets"]) == {"api_token", "grpc_token", "ca_cert", "controller_tls_cert",
                                           "controller_tls_key"}
     assert {key: value for key, value in controller["environment"].items() if key.startswith("SP_GRPC_TLS")} == {
         "SP_GRPC_TLS_CERT_FILE": "/run/secrets/controller_tls_cert",
         "SP_GRPC_TLS_KEY_FILE": "/run/secrets/controller_tls_key", "SP_GRPC_TLS_CA_FILE": "/run/secrets/ca_cert"}
-    workers = [name for name in SERVICES if name.startswith("worker-")]
-    assert sorted(workers) == sorted(name for name in CERTIFICATES if name.startswith("worker-"))
-    for worker in workers:
-        env = SERVICES[worker]["environment"]
-        secret = worker.replace("-", "_")
-        assert (env["SP_GRPC_TLS_CERT_FILE"], env["SP_GRPC_TLS_KEY_FILE"], env["SP_GRPC_TLS_CA_FILE"]) == (
-            f"/run/secrets/{secret}_tls_cert", f"/run/secrets/{secret}_tls_key", "/run/secrets/ca_cert")
-        # Its certificate names the worker id it registers with, and the controller's service name.
-        assert env["SP_WORKER_ID"] == worker and env["SP_CONTROLLER_ADDR"].split(":")[0] in CERTIFICATES["controller"]
+    assert sorted(name for name in SERVICES if name.startswith("worker-")) == \
+        sorted(name for name in CERTIFICATES if name.startswith("worker-"))
+    for worker in WORKERS:
+        environ = {key: str(value) for key, value in SERVICES[worker]["environment"].items()}
+        for index in (0, 1):
+            # The index a container runs picks its certificate, which names the worker id it registers with
+            # (SP_WORKER_ID unset: worker-<index>), and the controller's service name.
+            resolved = {key: value.replace("{index}", str(index)) for key, value in environ.items()}
+            assert (resolved["SP_GRPC_TLS_CERT_FILE"], resolved["SP_GRPC_TLS_KEY_FILE"],
+                    resolved["SP_GRPC_TLS_CA_FILE"]) == (f"/run/secrets/worker_{index}_tls_cert",
+                                                         f"/run/secrets/worker_{index}_tls_key", "/run/secrets/ca_cert")
+        assert "SP_WORKER_ID" not in environ
+        assert environ["SP_CONTROLLER_ADDR"].split(":")[0] in CERTIFICATES["controller"]
 
 
 def test_make_up_generates_random_secrets_once_out_of_reach(tmp_path):

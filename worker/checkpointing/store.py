@@ -1,6 +1,7 @@
 """The durable checkpoint store on the worker's volume (``SP_CHECKPOINT_DIR``)::
 
-    LOCK                     held (flock) by the one live worker using the store
+    LOCK                     held (flock) by the one live worker using the store, which
+                             names itself in it: "<worker id> (pid <pid> on <host>)"
     FENCE                    "<volume id> <generation>": the store's id, and how many
                              processes have taken LOCK (the controller's proof that
                              an earlier holder is gone)
@@ -19,6 +20,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -76,7 +78,7 @@ class CheckpointStore:
             raise FenceError(f"checkpoint directory {self.root} is in use by {holder}; "
                              "two live workers must not share one", holder) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{owner} (pid {os.getpid()})".encode(), 0)
+        os.pwrite(fd, f"{owner} (pid {os.getpid()} on {socket.gethostname()})".encode(), 0)
         self._lock_fd = fd
         return self._next_fence()
 

@@ -5,9 +5,11 @@ Each project has its own secrets (as `make up` generates them) under
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +20,7 @@ from sparkpoint.stack_secrets import ensure_compose_secrets
 from tests.support import expected_vwap, get_json
 
 REPO = Path(__file__).resolve().parents[2]
+WORKER_SERVICES = ("worker-0", "worker-1", "standby")     # containers that run a worker index, or stand by
 
 # Runs inside a container of the project's own image, on the stack's volumes
 # and network, and prints a summary (the input is millions of events): the
@@ -66,6 +69,13 @@ print(json.dumps({
 """
 
 
+def docker_time(stamp: str) -> float:
+    """An RFC 3339 time as Docker writes it (nanoseconds, ``Z``): seconds since the epoch."""
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.timezone.utc).timestamp() + float(
+        f"0.{fraction or 0}")
+
+
 def compose_command() -> list[str]:
     """``docker compose`` where the plugin exists, else ``docker-compose``."""
     probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
@@ -105,6 +115,31 @@ class ComposeStack:
         pid = container.attrs["State"]["Pid"]
         if pid:
             os.kill(pid, signal.SIGKILL)
+
+    def runner_of(self, index: int) -> str:
+        """The worker service whose container holds index ``index``'s
+        checkpoint lock: the holder names its host -- its container's short
+        id -- in ``LOCK`` (a holder that died is named until the next takes
+        the lock: ask once the index runs again)."""
+        containers = {c.id[:12]: c for c in self.client.containers.list(filters={
+            "label": f"com.docker.compose.project={self.project}"})
+            if c.labels["com.docker.compose.service"] in WORKER_SERVICES}
+        reader = next(iter(containers.values()))
+        lock = reader.exec_run(["cat", f"/var/lib/sparkpoint/checkpoints/{index}/LOCK"]).output.decode()
+        host = re.search(r" on (\w+)\)$", lock.strip())
+        assert host and host[1] in containers, f"index {index}'s LOCK names no running worker container: {lock!r}"
+        return containers[host[1]].labels["com.docker.compose.service"]
+
+    def standing_by(self, service: str) -> bool:
+        """Whether the worker container of ``service`` waits as a standby,
+        its Spark session up (its log since it last started says so last)."""
+        container = self.container(service)
+        container.reload()
+        if container.status != "running":
+            return False
+        lines = container.logs(since=docker_time(container.attrs["State"]["StartedAt"])).decode(errors="replace")
+        roles = re.findall(r"standby: (every index|taking over)", lines)
+        return bool(roles) and roles[-1] == "every index"
 
     def restart_count(self, service: str) -> int:
         container = self.container(service)

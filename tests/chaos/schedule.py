@@ -33,6 +33,17 @@ def worker_crashes(rng: random.Random) -> tuple[WorkerCrash, ...]:
 
 
 @dataclass(frozen=True)
+class Takeovers:
+    crashes: tuple[WorkerCrash, ...]    # each crashes the container running the victim's index
+    mid_takeover: int                   # in this round, the standby taking over is crashed too, once registered
+
+
+def takeovers(rng: random.Random) -> Takeovers:
+    crashes = tuple(WorkerCrash(rng.randrange(2), rng.randint(1, 4)) for _ in range(3))
+    return Takeovers(crashes, rng.randrange(len(crashes)))
+
+
+@dataclass(frozen=True)
 class Outages:
     postgres_after: tuple[int, ...]   # more batches published before each PostgreSQL crash
     victim: int                       # the worker crashed while the controller is down

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.compose import ComposeStack
-from tests.chaos.schedule import drawn, outages, worker_crashes
+from tests.chaos.compose import WORKER_SERVICES, ComposeStack
+from tests.chaos.schedule import drawn, outages, takeovers, worker_crashes
 from tests.support import wait_until
 
 pytestmark = pytest.mark.chaos
@@ -142,6 +142,61 @@ def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack)
     compose.up("worker-1")
     recreated = resumed(compose, 1, checkpoint)
     print(f"recreated worker-1 restored checkpoint {recreated['recovery']['restored_checkpoint_id']}")
+    drained_and_exact(compose)
+
+
+def the_standby(stack: ComposeStack) -> str:
+    """Wait until a worker container stands by, its Spark session up; its service."""
+    return wait_until(lambda: next((s for s in WORKER_SERVICES if stack.standing_by(s)), None), timeout_s=300,
+                      what="a worker container standing by")
+
+
+def test_a_standby_takes_over_crashed_workers_even_mid_takeover_and_its_own_crash_loses_nothing(stack):
+    schedule = drawn(takeovers)
+    compose = stack(**SETTINGS)
+    compose.up("controller", "producer", "worker-0", "worker-1", "standby")
+    for index in (0, 1):
+        checkpointed_since_restore(compose, index)
+    for round_, crash in enumerate(schedule.crashes):
+        victim, other = crash.victim, 1 - crash.victim
+        checkpoint = checkpointed_since_restore(compose, victim)
+        standby = the_standby(compose)
+        runner = compose.runner_of(victim)
+        target = compose.worker(victim)["batch_id"] + crash.batches
+        wait_until(lambda: compose.worker(victim)["batch_id"] >= target, timeout_s=120,
+                   what=f"worker-{victim} batch {target}")
+        registrations = compose.worker(victim)["registrations"]
+        other_before = compose.worker(other)["batch_id"]
+        print(f"round {round_}: crashing {runner}, which runs index {victim}; {standby} stands by")
+        compose.crash(runner)
+        if round_ == schedule.mid_takeover:
+            # The standby registered for the index, and dies restoring it: the
+            # crashed container, restarted, stands by and takes over in turn.
+            wait_until(lambda: compose.worker(victim)["registrations"] > registrations, timeout_s=60,
+                       what=f"{standby} to register as worker-{victim}", interval_s=0.1)
+            assert compose.runner_of(victim) == standby
+            print(f"round {round_}: crashing {standby} too, taking over index {victim}")
+            compose.crash(standby)
+        wait_until(lambda: compose.worker(other)["batch_id"] >= other_before + 3, timeout_s=120,
+                   what=f"worker-{other} to keep advancing")
+        back = resumed(compose, victim, checkpoint)
+        heir = compose.runner_of(victim)
+        print(f"round {round_}: {heir} runs index {victim}, restored checkpoint "
+              f"{back['recovery']['restored_checkpoint_id']}")
+        if round_ != schedule.mid_takeover:
+            assert heir == standby, f"index {victim} went to {heir}, not to the standby {standby}"
+
+    # The standby itself crashes: nobody stalls, and it stands by again.
+    standby = the_standby(compose)
+    batches = {index: compose.worker(index)["batch_id"] for index in (0, 1)}
+    restarts = compose.restart_count(standby)
+    compose.crash(standby)
+    wait_until(lambda: compose.restart_count(standby) > restarts, timeout_s=60,
+               what=f"{standby} restarted by its policy")
+    for index in (0, 1):
+        wait_until(lambda: compose.worker(index)["batch_id"] >= batches[index] + 3, timeout_s=120,
+                   what=f"worker-{index} to keep advancing")
+    assert the_standby(compose) == standby
     drained_and_exact(compose)
 
 

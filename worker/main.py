@@ -85,6 +85,9 @@ def run(settings: WorkerSettings, environ: Mapping[str, str], pipeline: Pipeline
         exit_with_error(PROGRAM, f"{settings.pipeline}: {summarize_error(str(error))}")
     log.info("pipeline layout derived in %.1f s", time.monotonic() - started)
     if taken is None:
+        from worker.runtime.rehearsal import rehearse
+
+        rehearse(spark, pipeline, settings, settings.work_dir / "rehearsal", stop)
         try:
             taken = Standby(environ, settings).wait(stop, on_idle=lambda: standing_by(settings.work_dir))
         except OSError as error:

@@ -352,6 +352,9 @@ def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in
     logs = {name: stack.services[name].log_path for name in ("worker-0", "standby")}
     wait_until(lambda: "every index (1) is held" in logs["standby"].read_text(), timeout_s=240,
                what="the standby's Spark session up, waiting")
+    # It ran the pipeline once, warming up, on scratch space it then deleted.
+    assert "standby: rehearsed 2 queries" in logs["standby"].read_text()
+    assert not (stack.config.root / "work" / "standby" / "rehearsal").exists()
 
     for round_, (victim, heir) in enumerate((("worker-0", "standby"), ("standby", "worker-0"))):
         # 1. The victim runs index 0 with a complete checkpoint; then it dies.

@@ -69,18 +69,19 @@ def checkpoint_phase_ms(settings: WorkerSettings) -> float:
     return settings.trigger_interval_ms * CHECKPOINT_PHASE
 
 
-def _read(spark: SparkSession, node: Node, settings: WorkerSettings) -> DataFrame:
-    cap = node.params.get("max_records_per_batch", settings.max_records_per_batch)
+def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | None) -> DataFrame:
+    cap = node.params.get("max_records_per_batch", settings.max_records_per_batch) if cap is None else cap
     return read_log(spark, settings.log_dir / node.params["log"], node.params["schema"],
                     worker_index=settings.worker_index, worker_count=settings.worker_count,
                     max_records_per_batch=cap)
 
 
 def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, query_root: Path,
-                 staging: dict[str, Path]) -> StreamingQuery:
+                 staging: dict[str, Path], cap: int | None = None) -> StreamingQuery:
+    """``cap``: records per batch, whatever the settings and pipeline say (a rehearsal's)."""
     name = branch.sink.name
     source, *transforms, sink = branch.nodes
-    df = _read(spark, source, settings)
+    df = _read(spark, source, settings, cap)
     for node in transforms:
         df = apply_node(df, node)
     writer = (

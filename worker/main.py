@@ -33,7 +33,7 @@ from worker.api.loader import load_pipeline
 from worker.checkpointing.store import FenceError
 from worker.control.client import ControllerClient, WorkerIdentity
 from worker.healthcheck import clear_health, standing_by
-from worker.lifecycle.claim import Standby, claim
+from worker.lifecycle.claim import Standby, claim_own
 from worker.lifecycle.restarts import RestartPolicy
 from worker.lifecycle.serve import RunEnd, Session, serve
 from worker.publishing.sinks import check_sinks
@@ -53,15 +53,13 @@ def run(settings: WorkerSettings, environ: Mapping[str, str], pipeline: Pipeline
     #    worker whose index a live process holds, with takes_over) once its
     #    Spark session is up.
     taken = None
-    if settings.worker_role == "worker":
-        try:
-            taken = claim(settings)
-        except FenceError as error:
-            if not settings.takes_over:
-                exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
-            log.info("index %d is held by %s: waiting as a standby", settings.worker_index, error.holder)
-        except OSError as error:
-            exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
+    try:
+        if settings.worker_role == "worker":
+            taken = claim_own(settings, stop)
+    except (FenceError, OSError) as error:
+        exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
+    if stop.is_set():
+        return EXIT_CODES[RunEnd.STOPPED]
     from pyspark.errors import PySparkException
 
     from worker.runtime.session import MissingJar, start_session

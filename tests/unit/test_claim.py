@@ -9,7 +9,7 @@ import pytest
 
 from sparkpoint.settings import SettingsError
 from worker.checkpointing.store import CheckpointStore, FenceError
-from worker.lifecycle.claim import Standby, claim
+from worker.lifecycle.claim import Standby, after_takeover, claim, claim_own
 from worker.settings import WorkerSettings
 
 
@@ -87,3 +87,38 @@ def test_waiting_ends_with_the_index_freed_between_tries_or_with_stop(tmp_path):
 
     stop = threading.Event()
     assert Standby(env, WorkerSettings.from_env(env), poll_s=0).wait(stop, on_idle=stop.set) is None
+
+
+def test_a_worker_whose_index_is_held_stands_by_once_the_holder_checkpointed_or_takes_it_if_freed(tmp_path):
+    env = environ(tmp_path, SP_WORKER_INDEX="0")
+    settings = WorkerSettings.from_env(env)
+    held = holders(tmp_path, 0)
+    manifests = held[0].manifests_dir
+    manifests.mkdir(parents=True)
+    (manifests / f"{7:012d}.json").write_text("{}")    # the crashed run's newest
+
+    tries: list[int] = []
+
+    def clock() -> float:       # read once for the deadline, then once per try; the holder checkpoints at the 2nd try
+        tries.append(1)
+        if len(tries) == 3:
+            (manifests / f"{8:012d}.json").write_text("{}")
+        return 0.0
+    assert after_takeover(settings, threading.Event(), clock=clock, poll_s=0) is None
+    assert len(tries) == 3      # it went on at once, not before
+
+    def freed() -> float:       # the holder dies instead
+        held[0].release()
+        return 0.0
+    taken = after_takeover(settings, threading.Event(), clock=freed, poll_s=0)
+    assert taken is not None and taken.settings.worker_index == 0
+
+
+def test_without_takeover_a_held_index_stops_the_worker_and_with_it_waiting_is_bounded(tmp_path):
+    holders(tmp_path, 0)
+    fixed = WorkerSettings.from_env({"SP_CHECKPOINT_DIR": str(tmp_path / "checkpoints" / "w0")})
+    with pytest.raises(FenceError):
+        claim_own(fixed, threading.Event())
+    times = iter([0.0, 10.0, 31.0])
+    assert after_takeover(WorkerSettings.from_env(environ(tmp_path)), threading.Event(),
+                          clock=lambda: next(times), poll_s=0) is None

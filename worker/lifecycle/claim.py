@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -29,6 +30,8 @@ from worker.checkpointing.store import CheckpointStore, FenceError
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("sparkpoint.worker")
+
+GRACE_S = 30.0      # the longest a restarted worker holds back its Spark session for a take-over
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,42 @@ def claim(settings: WorkerSettings) -> Claim:
     holder if there is one."""
     store = CheckpointStore(settings.checkpoint_dir)
     return Claim(settings, store, store.acquire(settings.worker_id))
+
+
+def claim_own(settings: WorkerSettings, stop: threading.Event) -> Claim | None:
+    """A worker's own index; if a live process holds it, ``FenceError``
+    -- unless the worker may take over another (``takes_over``): then
+    None, once it may start its Spark session and stand by
+    (``after_takeover``), or its own index if that comes free first."""
+    try:
+        return claim(settings)
+    except FenceError as error:
+        if not settings.takes_over:
+            raise
+        log.info("index %d is held by %s: waiting as a standby", settings.worker_index, error.holder)
+    return after_takeover(settings, stop)
+
+
+def after_takeover(settings: WorkerSettings, stop: threading.Event, *, clock: Callable[[], float] = time.monotonic,
+                   poll_s: float = 0.5, limit_s: float = GRACE_S) -> Claim | None:
+    """A worker whose own index is held -- taken over, most likely, just
+    after this container crashed -- holds back its Spark session until the
+    index's new holder has made a checkpoint durable (its first batches
+    committed), at most ``limit_s``: a JVM starting meanwhile would take
+    the cores the take-over's first batches need. Returns the index if its
+    lock comes free meanwhile (it runs it, cold), else None: go on to stand by."""
+    store = CheckpointStore(settings.checkpoint_dir)
+    known = set(store.checkpoint_ids())
+    deadline = clock() + limit_s
+    while not stop.is_set() and clock() < deadline:
+        try:
+            return claim(settings)
+        except FenceError:
+            pass
+        if set(store.checkpoint_ids()) - known:
+            return None
+        stop.wait(poll_s)
+    return None
 
 
 class Standby:

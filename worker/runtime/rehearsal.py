@@ -44,6 +44,7 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
         return
     started = clock()
     shutil.rmtree(scratch, ignore_errors=True)     # a killed standby's
+    rehearsal = settings.model_copy(update={"test_fault": ""})     # a test's faults are for the real run
     staged = {branch.sink.name for branch in staged_branches(pipeline)}
     branches = [branch for branch in pipeline.branches if not branch.bounded]
     queries = []
@@ -53,7 +54,7 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
             if branch.sink.name in staged:
                 staging[branch.sink.name] = scratch / "staging" / branch.sink.name
                 staging[branch.sink.name].mkdir(parents=True)
-            queries.append(start_branch(spark, branch, settings, scratch / "queries", staging, cap=RECORDS))
+            queries.append(start_branch(spark, branch, rehearsal, scratch / "queries", staging, cap=RECORDS))
         while not stop.is_set() and clock() - started < TIMEOUT_S and any(
                 query.isActive and query.lastProgress is None for query in queries):
             stop.wait(0.1)

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from sparkpoint.settings import SettingsError
+from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.checkpointing.store import CheckpointStore, FenceError
 from worker.lifecycle.claim import Standby, after_takeover, claim, claim_own
 from worker.settings import WorkerSettings
@@ -89,23 +90,27 @@ def test_waiting_ends_with_the_index_freed_between_tries_or_with_stop(tmp_path):
     assert Standby(env, WorkerSettings.from_env(env), poll_s=0).wait(stop, on_idle=stop.set) is None
 
 
-def test_a_worker_whose_index_is_held_stands_by_once_the_holder_checkpointed_or_takes_it_if_freed(tmp_path):
-    env = environ(tmp_path, SP_WORKER_INDEX="0")
-    settings = WorkerSettings.from_env(env)
-    held = holders(tmp_path, 0)
-    manifests = held[0].manifests_dir
-    manifests.mkdir(parents=True)
-    (manifests / f"{7:012d}.json").write_text("{}")    # the crashed run's newest
+def checkpointed(store: CheckpointStore, checkpoint_id: int, **batches: int) -> None:
+    store.write_manifest(Manifest(checkpoint_id, "worker-0", 0.0, 0.0, 0, ("q",),
+                                  tuple(QueryCut(name, batch, {}, {}) for name, batch in batches.items())))
 
+
+def test_a_worker_whose_index_is_held_stands_by_once_the_holder_checkpointed_a_new_batch_or_takes_it_if_freed(
+        tmp_path):
+    settings = WorkerSettings.from_env(environ(tmp_path, SP_WORKER_INDEX="0"))
+    held = holders(tmp_path, 0)
+    checkpointed(held[0], 7, a=40, b=20)        # the crashed run's newest
     tries: list[int] = []
 
-    def clock() -> float:       # read once for the deadline, then once per try; the holder checkpoints at the 2nd try
+    def clock() -> float:       # read once for the deadline, then once per try
         tries.append(1)
-        if len(tries) == 3:
-            (manifests / f"{8:012d}.json").write_text("{}")
+        if len(tries) == 2:     # the new holder checkpoints the batches it restored: not yet
+            checkpointed(held[0], 8, a=40, b=20)
+        if len(tries) == 4:     # and then its first new batch
+            checkpointed(held[0], 9, a=40, b=21)
         return 0.0
     assert after_takeover(settings, threading.Event(), clock=clock, poll_s=0) is None
-    assert len(tries) == 3      # it went on at once, not before
+    assert len(tries) == 4      # it went on at once, not before
 
     def freed() -> float:       # the holder dies instead
         held[0].release()

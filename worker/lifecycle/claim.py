@@ -68,22 +68,33 @@ def after_takeover(settings: WorkerSettings, stop: threading.Event, *, clock: Ca
                    poll_s: float = 0.5, limit_s: float = GRACE_S) -> Claim | None:
     """A worker whose own index is held -- taken over, most likely, just
     after this container crashed -- holds back its Spark session until the
-    index's new holder has made a checkpoint durable (its first batches
-    committed), at most ``limit_s``: a JVM starting meanwhile would take
-    the cores the take-over's first batches need. Returns the index if its
-    lock comes free meanwhile (it runs it, cold), else None: go on to stand by."""
+    index's new holder has checkpointed a batch newer than any checkpointed
+    before (its first batches committed), at most ``limit_s``: a JVM
+    starting meanwhile would take the cores the take-over's first batches
+    need. Returns the index if its lock comes free meanwhile (it runs it,
+    cold), else None: go on to stand by."""
     store = CheckpointStore(settings.checkpoint_dir)
-    known = set(store.checkpoint_ids())
+    before = newest_batches(store)
     deadline = clock() + limit_s
     while not stop.is_set() and clock() < deadline:
         try:
             return claim(settings)
         except FenceError:
             pass
-        if set(store.checkpoint_ids()) - known:
+        if any(batch > before.get(query, -1) for query, batch in newest_batches(store).items()):
             return None
         stop.wait(poll_s)
     return None
+
+
+def newest_batches(store: CheckpointStore) -> dict[str, int]:
+    """Each query's batch in the newest checkpoint that reads (none: empty)."""
+    for checkpoint_id in reversed(store.checkpoint_ids()):
+        try:
+            return {query.name: query.batch_id for query in store.load(checkpoint_id).queries}
+        except (OSError, ValueError):      # being written, or unreadable: the next older one
+            continue
+    return {}
 
 
 class Standby:

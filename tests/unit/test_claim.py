@@ -106,11 +106,13 @@ def test_a_worker_whose_index_is_held_stands_by_once_the_holder_checkpointed_a_n
         tries.append(1)
         if len(tries) == 2:     # the new holder checkpoints the batches it restored: not yet
             checkpointed(held[0], 8, a=40, b=20)
-        if len(tries) == 4:     # and then its first new batch
+        if len(tries) == 3:     # then a first new batch of one query
             checkpointed(held[0], 9, a=40, b=21)
+        if len(tries) == 5:     # and of the other
+            checkpointed(held[0], 10, a=41, b=21)
         return 0.0
     assert after_takeover(settings, threading.Event(), clock=clock, poll_s=0) is None
-    assert len(tries) == 4      # it went on at once, not before
+    assert len(tries) == 5      # it went on at once, not before
 
     def freed() -> float:       # the holder dies instead
         held[0].release()

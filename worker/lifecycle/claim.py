@@ -68,8 +68,9 @@ def after_takeover(settings: WorkerSettings, stop: threading.Event, *, clock: Ca
                    poll_s: float = 0.5, limit_s: float = GRACE_S) -> Claim | None:
     """A worker whose own index is held -- taken over, most likely, just
     after this container crashed -- holds back its Spark session until the
-    index's new holder has checkpointed a batch newer than any checkpointed
-    before (its first batches committed), at most ``limit_s``: a JVM
+    index's new holder has checkpointed, in every query, a batch newer than
+    any checkpointed before (its first batches committed; an idle query's
+    never is: then ``limit_s``), at most ``limit_s``: a JVM
     starting meanwhile would take the cores the take-over's first batches
     need. Returns the index if its lock comes free meanwhile (it runs it,
     cold), else None: go on to stand by."""
@@ -81,7 +82,7 @@ def after_takeover(settings: WorkerSettings, stop: threading.Event, *, clock: Ca
             return claim(settings)
         except FenceError:
             pass
-        if any(batch > before.get(query, -1) for query, batch in newest_batches(store).items()):
+        if (newest := newest_batches(store)) and all(batch > before.get(query, -1) for query, batch in newest.items()):
             return None
         stop.wait(poll_s)
     return None

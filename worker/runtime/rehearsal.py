@@ -6,9 +6,11 @@ loaded, code generated and compiled, Spark's Python workers started and the
 source's modules imported in them, the Parquet writer's first use. A
 standby has the time, so it pays them ahead: each query reads the first
 ``RECORDS`` records of the log from the beginning, through the pipeline's
-own transforms, into staging directories under a scratch directory, and is
-stopped after its first batch. Nothing is published and no durable state is
-touched; the scratch directory is deleted afterwards.
+own transforms, into staging directories under a scratch directory, batch
+after batch (no trigger interval) for ``BATCHES`` batches of ``RECORDS``
+records -- enough for the JIT to compile the record paths -- or until the
+log has no more. Nothing is published and no durable state is touched; the
+scratch directory is deleted afterwards.
 """
 
 from __future__ import annotations
@@ -31,20 +33,29 @@ from worker.settings import WorkerSettings
 
 log = logging.getLogger("sparkpoint.worker")
 
-RECORDS = 100
+RECORDS = 1000
+BATCHES = 5
 TIMEOUT_S = 120.0
+
+
+def rehearsed(progress: dict | None) -> bool:
+    """Whether a query's last progress (None before its first batch) ends its rehearsal."""
+    return progress is not None and (progress["batchId"] >= BATCHES - 1 or progress["numInputRows"] < RECORDS)
 
 
 def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, scratch: Path,
              stop: threading.Event, clock: Callable[[], float] = time.monotonic) -> None:
-    """Run each of the pipeline's unbounded queries to its first batch (or
-    until ``TIMEOUT_S``, or ``stop``); not before its logs exist."""
+    """Run each of the pipeline's unbounded queries for ``BATCHES`` batches,
+    or to the end of the log (or ``TIMEOUT_S``, or ``stop``); not before its
+    logs exist."""
     if not all(EventLog(path).exists() for path in source_logs(pipeline, settings)):
         log.info("standby: no event log yet to rehearse on; taking over will run cold")
         return
     started = clock()
     shutil.rmtree(scratch, ignore_errors=True)     # a killed standby's
-    rehearsal = settings.model_copy(update={"test_fault": ""})     # a test's faults are for the real run
+    # Back to back, without a test's faults (they are for the real run).
+    rehearsal = settings.model_copy(update={"test_fault": "", "trigger_interval_ms": 0,
+                                            "upsert_trigger_interval_ms": 0})
     staged = {branch.sink.name for branch in staged_branches(pipeline)}
     branches = [branch for branch in pipeline.branches if not branch.bounded]
     queries = []
@@ -56,7 +67,7 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
                 staging[branch.sink.name].mkdir(parents=True)
             queries.append(start_branch(spark, branch, rehearsal, scratch / "queries", staging, cap=RECORDS))
         while not stop.is_set() and clock() - started < TIMEOUT_S and any(
-                query.isActive and query.lastProgress is None for query in queries):
+                query.isActive and not rehearsed(query.lastProgress) for query in queries):
             stop.wait(0.1)
         for query in queries:
             if not query.isActive and (error := query.exception()) is not None:

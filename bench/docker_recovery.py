@@ -1,15 +1,21 @@
 """Worker recovery on the compose stack (not part of the test suite).
 
-    .venv/bin/python bench/docker_recovery.py [--kills 5] [--checkpoint-freq 1000]
+    .venv/bin/python bench/docker_recovery.py [--kills 5] [--checkpoint-freq 1000] [--standby 1]
+                                              [--trigger-interval 1000]
 
-Builds the images (cached), starts a stack of its own, then crashes a worker
-container ``--kills`` times, alternating workers, and times each crash -> the
-restarted worker's first new committed batch (its batch id past the one it
+Builds the images (cached), starts a stack of its own with ``--standby``
+warm standby containers (``SP_STANDBY``), then crashes the container running
+a worker index ``--kills`` times, alternating indices, and times each crash
+-> the index's first new committed batch (its batch id past the one it
 restored). A crash is a SIGKILL of the container's init process, which the
 restart policy handles (``docker kill`` is a manual stop to Docker: the
 restart policy ignores it). Also times ``compose up`` -> every worker running.
 
-Each crash is broken down into phases from the container's start time and
+With a standby, the standby takes the index over; each crash is broken
+down from its log lines: detection (the crashed worker's lock taken),
+registration (the hand-over), restore, queries started, first new batch.
+
+Without one, each crash is broken down into phases from the container's start time and
 the restarted worker's own log lines (Docker's timestamps): Docker restarts
 the container; the JVM and Spark session start; the pipeline's layout is
 derived (a Spark analysis); the worker registers with the controller;
@@ -35,7 +41,6 @@ Prints a table and writes it to bench/results/docker_recovery.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import re
 import subprocess
 import sys
@@ -48,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report import publish_table, spread_row  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
-from tests.chaos.compose import REPO, ComposeStack  # noqa: E402
+from tests.chaos.compose import REPO, WORKER_SERVICES, ComposeStack, docker_time  # noqa: E402
 from tests.support import new_run_processed, wait_until  # noqa: E402
 from worker.lifecycle.restarts import STABLE_RUN_S  # noqa: E402
 
@@ -67,6 +72,11 @@ LOGGED_PHASES = (
     ("queries started", re.compile(r"running \d+ queries")),
 )
 PHASES = ("Docker restarts the container", *(name for name, _ in LOGGED_PHASES), "first new committed batch")
+TAKEOVER_PHASES = (
+    ("detection: the crashed worker's lock taken", re.compile(r"standby: taking over index ")),
+    *LOGGED_PHASES[2:],
+)
+STANDBY_PHASES = (*(name for name, _ in TAKEOVER_PHASES), "first new committed batch")
 RESTART_PHASES = (
     ("the failure seen by the worker", re.compile(r"query \S+ failed: ")),
     ("queries stopped, restart decided", re.compile(r"restart \d+: restoring")),
@@ -75,20 +85,14 @@ RESTART_PHASES = (
 QUERY_PHASES = (*(name for name, _ in RESTART_PHASES), "first new committed batch")
 RATE_WINDOW_S = 5.0
 FAULT = "staging.commit:armed"
-ARM = "/var/lib/sparkpoint/checkpoints/.fault-staging.commit.arm"    # SP_CHECKPOINT_DIR in the compose file
-
-
-def docker_time(stamp: str) -> float:
-    """An RFC 3339 time as Docker writes it (nanoseconds, ``Z``): seconds since the epoch."""
-    head, _, fraction = stamp.rstrip("Z").partition(".")
-    return datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.timezone.utc).timestamp() + float(
-        f"0.{fraction or 0}")
+ARM = "/var/lib/sparkpoint/checkpoints/{index}/.fault-staging.commit.arm"    # SP_CHECKPOINT_DIR in the compose file
 
 
 class Recovered(NamedTuple):
     seconds: list[float]            # each phase's
     first_batches: list[str]        # the worker's log lines on each query's first batch with rows
     replayed_s: float = float("nan")    # input processed again, in seconds of input (crashes only)
+    taken_over: bool = False        # by a standby (its phases are STANDBY_PHASES)
 
 
 def source_end(worker: dict) -> int:
@@ -113,9 +117,9 @@ def replayed_seconds(before: dict, last: dict, restored: dict[str, int]) -> floa
     return max(position - restored.get(name, position) for name, position in processed(last).items()) / rate
 
 
-def worker_log(stack: ComposeStack, index: int, since: float) -> list[tuple[float, str]]:
-    """Worker ``index``'s log lines after ``since``, each with Docker's time of it."""
-    logs = stack.container(f"worker-{index}").logs(timestamps=True, since=int(since)).decode(errors="replace")
+def worker_log(stack: ComposeStack, service: str, since: float) -> list[tuple[float, str]]:
+    """The log lines of ``service``'s worker container after ``since``, each with Docker's time of it."""
+    logs = stack.container(service).logs(timestamps=True, since=int(since)).decode(errors="replace")
     lines = []
     for line in logs.splitlines():
         stamp, _, text = line.partition(" ")
@@ -124,7 +128,7 @@ def worker_log(stack: ComposeStack, index: int, since: float) -> list[tuple[floa
     return lines
 
 
-def recovered(index: int, lines: list[tuple[float, str]], phases: tuple, *known: float) -> Recovered:
+def recovered(service: str, lines: list[tuple[float, str]], phases: tuple, *known: float) -> Recovered:
     """From the first of the ``known`` moments (the crash, the failure; then
     any other known end, as the container's start) through each of the
     logged ``phases`` ending, in order, to now."""
@@ -132,7 +136,7 @@ def recovered(index: int, lines: list[tuple[float, str]], phases: tuple, *known:
     for name, pattern in phases:
         found = next((at for at, text in lines if at >= ends[-1] and pattern.search(text)), None)
         if found is None:
-            raise AssertionError(f"worker-{index}: no log line for the end of {name!r} ({pattern.pattern})")
+            raise AssertionError(f"{service}: no log line for the end of {name!r} ({pattern.pattern})")
         ends.append(found)
     ends.append(time.time())
     return Recovered([later - earlier for earlier, later in zip(ends, ends[1:])],
@@ -140,15 +144,14 @@ def recovered(index: int, lines: list[tuple[float, str]], phases: tuple, *known:
 
 
 def crash_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
-    """Each of ``PHASES`` from the crash to the first new batch, and the input replayed."""
+    """Each of ``PHASES`` (restarted) or ``STANDBY_PHASES`` (taken over)
+    from the crash to the first new batch, and the input replayed."""
     before = wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
     time.sleep(RATE_WINDOW_S)       # a window to measure the input rate over, not a wait for anything
     last = stack.worker(index)
-    restarts = stack.restart_count(f"worker-{index}")
+    victim = stack.runner_of(index)
     crashed = time.time()
-    stack.crash(f"worker-{index}")
-    wait_until(lambda: stack.restart_count(f"worker-{index}") > restarts, timeout_s=60,
-               what=f"worker-{index} restarted by its policy", interval_s=0.1)
+    stack.crash(victim)
     restored: dict[str, int] = {}
 
     def first_new_batch() -> bool:
@@ -162,29 +165,34 @@ def crash_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
         return new_run_processed(worker, before)
 
     wait_until(first_new_batch, timeout_s=600, what=f"worker-{index}'s first batch after the crash", interval_s=0.1)
-    container = stack.container(f"worker-{index}")
-    container.reload()
-    started = docker_time(container.attrs["State"]["StartedAt"])
-    run = recovered(index, worker_log(stack, index, crashed), LOGGED_PHASES, crashed, started)
+    heir = stack.runner_of(index)
+    if heir != victim:
+        run = recovered(heir, worker_log(stack, heir, crashed), TAKEOVER_PHASES, crashed)._replace(taken_over=True)
+    else:
+        container = stack.container(heir)
+        container.reload()
+        started = docker_time(container.attrs["State"]["StartedAt"])
+        run = recovered(heir, worker_log(stack, heir, crashed), LOGGED_PHASES, crashed, started)
     return run._replace(replayed_s=replayed_seconds(before, last, restored))
 
 
-def fail_a_query(stack: ComposeStack, index: int) -> float:
-    """Arm worker ``index``'s fault sentinel: its next staged batch fails
-    its query; when."""
+def fail_a_query(stack: ComposeStack, service: str, index: int) -> float:
+    """Arm index ``index``'s fault sentinel in ``service``'s container, which
+    runs it: its next staged batch fails its query; when."""
     failed = time.time()
-    result = stack.container(f"worker-{index}").exec_run(["touch", ARM])
-    assert result.exit_code == 0, f"worker-{index}: could not arm the fault: {result.output!r}"
+    result = stack.container(service).exec_run(["touch", ARM.format(index=index)])
+    assert result.exit_code == 0, f"{service}: could not arm the fault: {result.output!r}"
     return failed
 
 
 def query_failure_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
     """Each of ``QUERY_PHASES`` from a query's failure to the worker's first new batch."""
     before = wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
-    failed = fail_a_query(stack, index)
+    service = stack.runner_of(index)
+    failed = fail_a_query(stack, service, index)
     wait_until(lambda: new_run_processed(stack.worker(index), before), timeout_s=600,
                what=f"worker-{index}'s first batch after a query failed", interval_s=0.1)
-    return recovered(index, worker_log(stack, index, failed), RESTART_PHASES, failed)
+    return recovered(service, worker_log(stack, service, failed), RESTART_PHASES, failed)
 
 
 def show(what: str, index: int, run: Recovered, phases: tuple[str, ...]) -> None:
@@ -208,26 +216,34 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--query-failures", type=int, default=5)
     parser.add_argument("--checkpoint-freq", type=int, default=1000, help="SP_CHECKPOINT_FREQ (ms)")
+    parser.add_argument("--standby", type=int, default=1, help="SP_STANDBY: warm standby containers")
+    parser.add_argument("--trigger-interval", type=int, default=1000,
+                        help="SP_TRIGGER_INTERVAL (ms; the shipped default: 1000)")
     args = parser.parse_args()
     subprocess.run(["make", "images"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {
-        "SP_CHECKPOINT_FREQ": str(args.checkpoint_freq), "SP_TRIGGER_INTERVAL": "500",
+        "SP_CHECKPOINT_FREQ": str(args.checkpoint_freq), "SP_TRIGGER_INTERVAL": str(args.trigger_interval),
         "SP_REPORT_INTERVAL": "250", "SP_PRODUCER_RATE": "200",
-        "SP_TEST_FAULT": FAULT}, free_port())
+        "SP_TEST_FAULT": FAULT, "SP_STANDBY": str(args.standby)}, free_port())
     crashes: list[list[float]] = []
+    takeovers: list[list[float]] = []
     replays: list[float] = []
     failures: list[list[float]] = []
     try:
         started = time.monotonic()
-        stack.up("controller", "producer", "worker-0", "worker-1")
+        stack.up("controller", "producer", "worker-0", "worker-1", *(["standby"] if args.standby else []))
         for index in (0, 1):
             wait_until(lambda: running(stack, index), timeout_s=600, what=f"worker-{index} running")
         startup = time.monotonic() - started
         for kill in range(args.kills):
+            if args.standby:
+                wait_until(lambda: any(stack.standing_by(s) for s in WORKER_SERVICES), timeout_s=600,
+                           what="a warm standby")
             run = crash_to_first_batch(stack, kill % 2)
-            crashes.append(run.seconds)
+            (takeovers if run.taken_over else crashes).append(run.seconds)
             replays.append(run.replayed_s)
-            show(f"crash {kill + 1}", kill % 2, run, PHASES)
+            show(f"crash {kill + 1}" + (" (taken over)" if run.taken_over else ""), kill % 2, run,
+                 STANDBY_PHASES if run.taken_over else PHASES)
         stable_at = {index: time.time() + STABLE_RUN_S for index in (0, 1)}
         for failure in range(args.query_failures):
             index = failure % 2
@@ -241,12 +257,16 @@ def main() -> None:
     finally:
         stack.down()
     lines = [
-        f"# Worker recovery on Docker (SP_CHECKPOINT_FREQ={args.checkpoint_freq}, 2 workers, 2 cores)",
+        f"# Worker recovery on Docker (SP_CHECKPOINT_FREQ={args.checkpoint_freq}, "
+        f"SP_TRIGGER_INTERVAL={args.trigger_interval}, SP_STANDBY={args.standby}, 2 workers, 2 cores)",
         "",
         "| measure | median | min | max |",
         "|---|---|---|---|",
         f"| compose up -> both workers running with a checkpoint (s) | {startup:.1f} | | |",
-        *(report("container crash -> first new committed batch", crashes, PHASES) if crashes else ()),
+        *(report("container crash -> first new committed batch, a standby takes over", takeovers, STANDBY_PHASES)
+          if takeovers else ()),
+        *(report("container crash -> first new committed batch, the container restarted", crashes, PHASES)
+          if crashes else ()),
         *((spread_row(f"input replayed per crash (s of input; seen in {len(seen)} of {len(replays)})",
                       seen, ".2f"),) if (seen := [r for r in replays if r == r]) else ()),
         *(report("query failure -> first new committed batch (restart in the living JVM)", failures,

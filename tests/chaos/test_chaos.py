@@ -200,6 +200,34 @@ def test_a_standby_takes_over_crashed_workers_even_mid_takeover_and_its_own_cras
     drained_and_exact(compose)
 
 
+def test_a_paused_worker_keeps_its_index_from_the_standby_and_goes_on_exactly_once_when_unpaused(stack):
+    compose = stack(**SETTINGS)
+    compose.up("controller", "producer", "worker-0", "worker-1", "standby")
+    for index in (0, 1):
+        checkpointed_since_restore(compose, index)
+    standby = the_standby(compose)
+    runner = compose.runner_of(0)
+    other_before = compose.worker(1)["batch_id"]
+    print(f"pausing {runner}, which runs index 0; {standby} stands by")
+    compose.container(runner).pause()
+    paused = compose.worker(0)
+    paused_at = paused["batch_id"]
+    try:
+        # While the other worker commits ten batches, the paused one's lock
+        # keeps its index: the standby does not take it over.
+        wait_until(lambda: compose.worker(1)["batch_id"] >= other_before + 10, timeout_s=120,
+                   what="worker-1 to keep advancing")
+        assert compose.standing_by(standby), f"{standby} took over while {runner} was paused"
+        still = compose.worker(0)
+        assert (still["batch_id"], still["registrations"]) == (paused_at, paused["registrations"])
+    finally:
+        compose.container(runner).unpause()
+    wait_until(lambda: compose.worker(0)["batch_id"] >= paused_at + 3, timeout_s=120,
+               what=f"{runner} to go on after it was unpaused")
+    assert compose.runner_of(0) == runner and compose.standing_by(standby)
+    drained_and_exact(compose)
+
+
 def published_batches(stack: ComposeStack) -> int:
     """How many batches the workers' sinks have published in all."""
     return sum(sink["published_batch_id"] + 1 for worker in stack.status().get("workers", [])

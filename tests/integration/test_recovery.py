@@ -342,16 +342,23 @@ def test_torn_cuts_are_refused_named_and_fallen_back_from_never_replayed_into_a_
     assert len(ids) == len(set(ids)) == len(events)
 
 
-def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in_turn(make_stack):
+def worker_and_standby(make_stack, seed: int):
+    """A worker that may hand its index over and a standby, waiting; the
+    stack, the log and the events written."""
     stack = make_stack(workers=1, SP_CHECKPOINT_FREQ="500", **FAST)
     log = EventLog.create(stack.config.log_dir / "trades", PARTITIONS)
-    events = write_trades(log, 600, seed=31)
+    events = write_trades(log, 600, seed=seed)
     stack.start_controller()
     stack.start_worker(0, takes_over=True)
-    stack.start_standby()
-    logs = {name: stack.services[name].log_path for name in ("worker-0", "standby")}
-    wait_until(lambda: "every index (1) is held" in logs["standby"].read_text(), timeout_s=240,
+    standby = stack.start_standby()
+    wait_until(lambda: "every index (1) is held" in standby.log_path.read_text(), timeout_s=240,
                what="the standby's Spark session up, waiting")
+    return stack, log, events
+
+
+def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in_turn(make_stack):
+    stack, log, events = worker_and_standby(make_stack, seed=31)
+    logs = {name: stack.services[name].log_path for name in ("worker-0", "standby")}
     # It ran the pipeline once, warming up, on scratch space it then deleted.
     assert "standby: rehearsed 2 queries" in logs["standby"].read_text()
     assert not (stack.config.root / "work" / "standby" / "rehearsal").exists()
@@ -381,4 +388,26 @@ def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in
             stack.start_standby()
         wait_until(lambda: "every index (1) is held" in logs[victim].read_bytes()[since:].decode(),
                    timeout_s=240, what=f"{victim} started again to stand by")
+    check_output(stack, events)
+
+
+def test_a_takeover_while_the_controller_is_down_waits_for_it_and_loses_nothing(make_stack):
+    stack, log, events = worker_and_standby(make_stack, seed=41)
+    standby = stack.services["standby"]
+    worker = wait_until(lambda: (w := caught_up(stack, log, QUERIES)) and w["last_checkpoint"] and w,
+                        timeout_s=240, what="worker-0 caught up with a complete checkpoint")
+
+    # 1. The controller goes down, then the worker: the standby takes the
+    #    index's lock but cannot register, so runs nothing yet.
+    stack.kill("controller")
+    stack.kill("worker-0")
+    events += write_trades(log, 600, seed=42)
+    wait_until(lambda: "controller at localhost" in standby.log_path.read_text().partition(
+        "standby: taking over index 0")[2], timeout_s=60, what="the standby, holding index 0, to find no controller")
+
+    # 2. The controller back, the take-over completes from the last complete checkpoint.
+    stack.start_controller()
+    wait_until(lambda: (w := caught_up(stack, log, QUERIES)) and
+               w["recovery"]["restored_checkpoint_id"] >= worker["last_checkpoint"]["checkpoint_id"],
+               timeout_s=240, what="the standby to take over once the controller is back")
     check_output(stack, events)

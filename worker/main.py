@@ -25,7 +25,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
 
 from sparkpoint.settings import SettingsError, exit_with_error
 from worker.api.graph import Pipeline, PipelineError
@@ -46,8 +45,9 @@ PROGRAM = "sparkpoint-worker"
 EXIT_CODES = {RunEnd.STOPPED: 0, RunEnd.FAILED: 1}
 
 
-def run(settings: WorkerSettings, environ: Mapping[str, str], pipeline: Pipeline, stop: threading.Event) -> int:
-    """Steps 2-7; returns the exit status."""
+def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, stop: threading.Event) -> int:
+    """Steps 2-7; returns the exit status. ``standby``: how this worker waits
+    for an index if it may take over another (``settings.takes_over``)."""
     clear_health(settings.work_dir)
     # 2. The fence: a worker takes its own index at once; a standby (or a
     #    worker whose index a live process holds, with takes_over) once its
@@ -82,12 +82,12 @@ def run(settings: WorkerSettings, environ: Mapping[str, str], pipeline: Pipeline
     except PySparkException as error:
         exit_with_error(PROGRAM, f"{settings.pipeline}: {summarize_error(str(error))}")
     log.info("pipeline layout derived in %.1f s", time.monotonic() - started)
-    if taken is None:
+    if taken is None and standby is not None:
         from worker.runtime.rehearsal import rehearse
 
         rehearse(spark, pipeline, settings, settings.work_dir / "rehearsal", stop)
         try:
-            taken = Standby(environ, settings).wait(stop, on_idle=lambda: standing_by(settings.work_dir))
+            taken = standby.wait(stop, on_idle=lambda: standing_by(settings.work_dir))
         except OSError as error:
             exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
         if taken is None:
@@ -125,6 +125,8 @@ def main() -> None:
     # 1.
     try:
         settings = WorkerSettings.from_env(os.environ)
+        # Every index's settings, checked now: not when a worker dies.
+        standby = Standby(os.environ, settings) if settings.takes_over else None
         pipeline = load_pipeline(settings.pipeline)
         check_sinks(pipeline, settings)
     except (SettingsError, PipelineError) as error:
@@ -132,7 +134,7 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    raise SystemExit(run(settings, os.environ, pipeline, stop))
+    raise SystemExit(run(settings, standby, pipeline, stop))
 
 
 if __name__ == "__main__":

@@ -399,3 +399,12 @@ def test_the_workers_jvm_options_follow_the_class_archives(monkeypatch, tmp_path
         f"-XX:SharedArchiveFile={archive} {C2_FOR_HOT_CODE_ONLY}"
     assert session.driver_java_options(WorkerSettings.from_env({"SP_JAVA_OPTIONS": "-XX:TieredStopAtLevel=4"})) == \
         f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=4"
+
+
+def test_a_worker_that_may_take_over_any_index_checks_every_index_settings_at_start(tmp_path):
+    for name, marker in (("ca.crt", "CERTIFICATE"), ("w0.crt", "CERTIFICATE"), ("w0.key", "PRIVATE KEY")):
+        (tmp_path / name).write_text(f"-----BEGIN {marker}-----\n")
+    result = run_module("worker", SP_WORKER_COUNT="2", SP_CHECKPOINT_DIR=str(tmp_path / "c{index}"),
+                        SP_GRPC_TLS_CERT_FILE=str(tmp_path / "w{index}.crt"),
+                        SP_GRPC_TLS_KEY_FILE=str(tmp_path / "w{index}.key"), SP_GRPC_TLS_CA_FILE=str(tmp_path / "ca.crt"))
+    assert_one_line_error(result, "SP_GRPC_TLS_CERT_FILE", str(tmp_path / "w1.crt"))

@@ -73,6 +73,9 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
             if not query.isActive and (error := query.exception()) is not None:
                 log.warning("standby: rehearsing query %s failed (taking over will run cold): %s", query.name,
                             summarize_error(str(error)))
+    except Exception as error:   # a rehearsal only warms up: whatever stops it, the standby waits on, cold
+        log.warning("standby: the rehearsal failed (taking over will run cold): %s", summarize_error(str(error)))
+        return
     finally:
         for query in queries:
             query.stop()

@@ -51,11 +51,14 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
     clear_health(settings.work_dir)
     # 2. The fence: a worker takes its own index at once; a standby (or a
     #    worker whose index a live process holds, with takes_over) once its
-    #    Spark session is up.
+    #    Spark session is up -- which it starts only once the workers have
+    #    checkpointed new batches (``claim``: their start or take-over first).
     taken = None
     try:
         if settings.worker_role == "worker":
             taken = claim_own(settings, stop)
+        elif standby is not None:
+            standby.hold_back(stop)
     except (FenceError, OSError) as error:
         exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
     if stop.is_set():

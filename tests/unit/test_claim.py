@@ -129,3 +129,25 @@ def test_without_takeover_a_held_index_stops_the_worker_and_with_it_waiting_is_b
     times = iter([0.0, 10.0, 31.0])
     assert after_takeover(WorkerSettings.from_env(environ(tmp_path)), threading.Event(),
                           clock=lambda: next(times), poll_s=0) is None
+
+
+def test_a_standby_starting_holds_back_until_every_index_checkpointed_a_new_batch_of_every_query(tmp_path):
+    env = environ(tmp_path, SP_WORKER_ROLE="standby", SP_WORKER_COUNT="2")
+    held = holders(tmp_path, 0, 1)      # the workers, just started: nothing checkpointed yet
+    tries: list[int] = []
+
+    def clock() -> float:       # read once for the deadline, then once per try
+        tries.append(1)
+        if len(tries) == 2:
+            checkpointed(held[0], 1, a=0, b=0)
+        if len(tries) == 3:     # index 1's first checkpoint, one query still to commit a batch
+            checkpointed(held[1], 1, a=0, b=-1)
+        if len(tries) == 4:
+            checkpointed(held[1], 2, a=0, b=0)
+        return 0.0
+    Standby(env, WorkerSettings.from_env(env)).hold_back(threading.Event(), clock=clock, poll_s=0)
+    assert len(tries) == 4      # it went on at once, not before
+
+    times = [31.0, 10.0, 0.0]           # nothing new: it gives up waiting after 30 s
+    Standby(env, WorkerSettings.from_env(env)).hold_back(threading.Event(), clock=times.pop, poll_s=0)
+    assert times == []

@@ -74,18 +74,25 @@ def after_takeover(settings: WorkerSettings, stop: threading.Event, *, clock: Ca
     starting meanwhile would take the cores the take-over's first batches
     need. Returns the index if its lock comes free meanwhile (it runs it,
     cold), else None: go on to stand by."""
-    store = CheckpointStore(settings.checkpoint_dir)
-    before = newest_batches(store)
+    stores = [CheckpointStore(settings.checkpoint_dir)]
+    before = [newest_batches(store) for store in stores]
     deadline = clock() + limit_s
     while not stop.is_set() and clock() < deadline:
         try:
             return claim(settings)
         except FenceError:
             pass
-        if (newest := newest_batches(store)) and all(batch > before.get(query, -1) for query, batch in newest.items()):
+        if progressed(stores, before):
             return None
         stop.wait(poll_s)
     return None
+
+
+def progressed(stores: list[CheckpointStore], before: list[dict[str, int]]) -> bool:
+    """Whether each store's newest checkpoint holds, in every query, a newer
+    batch than ``before`` (each store's ``newest_batches`` then)."""
+    return all((newest := newest_batches(store)) and all(batch > old.get(query, -1) for query, batch in newest.items())
+               for store, old in zip(stores, before))
 
 
 def newest_batches(store: CheckpointStore) -> dict[str, int]:
@@ -107,6 +114,18 @@ class Standby:
                             WorkerSettings.for_index(environ, index).model_copy(update={"work_dir": own.work_dir})
                             for index in range(own.worker_count)]
         self._poll_s = poll_s
+
+    def hold_back(self, stop: threading.Event, *, clock: Callable[[], float] = time.monotonic,
+                  poll_s: float = 0.5, limit_s: float = GRACE_S) -> None:
+        """A standby starting holds back its Spark session until every
+        index's worker has checkpointed a new batch of every query (they
+        have just started too, or one has just taken over), at most
+        ``limit_s``: its JVM's start would slow theirs."""
+        stores = [CheckpointStore(settings.checkpoint_dir) for settings in self._candidates]
+        before = [newest_batches(store) for store in stores]
+        deadline = clock() + limit_s
+        while not stop.is_set() and clock() < deadline and not progressed(stores, before):
+            stop.wait(poll_s)
 
     def try_once(self) -> Claim | None:
         """The first index whose lock is free, taken; None if every one is held."""

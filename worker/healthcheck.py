@@ -2,9 +2,10 @@
 
 Healthy means: registered with the controller at least once, every query
 alive, and the worker wrote this within the last ``SP_HEALTH_MAX_AGE``
-seconds (default 30) -- or, for a standby, only the last. The worker writes ``<SP_WORK_DIR>/health.json`` with
-each progress report, whether or not the controller is reachable -- a worker
-that keeps processing while the controller is down is healthy.
+seconds (default 30) -- or, for a standby, only the last. The worker
+writes ``<SP_WORK_DIR>/health.json`` with each progress report, whether or
+not the controller is reachable -- a worker that keeps processing while the
+controller is down is healthy.
 """
 
 from __future__ import annotations

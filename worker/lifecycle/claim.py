@@ -50,6 +50,14 @@ def claim(settings: WorkerSettings) -> Claim:
     return Claim(settings, store, store.acquire(settings.worker_id))
 
 
+def try_claim(settings: WorkerSettings) -> Claim | None:
+    """``settings``' index if its lock is free (taken), else None."""
+    try:
+        return claim(settings)
+    except FenceError:
+        return None
+
+
 def claim_own(settings: WorkerSettings, stop: threading.Event) -> Claim | None:
     """A worker's own index; if a live process holds it, ``FenceError``
     -- unless the worker may take over another (``takes_over``): then
@@ -74,14 +82,20 @@ def after_takeover(settings: WorkerSettings, stop: threading.Event, *, clock: Ca
     starting meanwhile would take the cores the take-over's first batches
     need. Returns the index if its lock comes free meanwhile (it runs it,
     cold), else None: go on to stand by."""
-    stores = [CheckpointStore(settings.checkpoint_dir)]
+    return until_progressed([CheckpointStore(settings.checkpoint_dir)], stop, clock=clock, poll_s=poll_s,
+                            limit_s=limit_s, take=lambda: try_claim(settings))
+
+
+def until_progressed(stores: list[CheckpointStore], stop: threading.Event, *, clock: Callable[[], float],
+                     poll_s: float, limit_s: float, take: Callable[[], Claim | None] = lambda: None) -> Claim | None:
+    """Wait until the stores have ``progressed`` since now (None), ``take``
+    returns an index (it), ``stop`` or ``limit_s`` (None); ``take`` is
+    tried first at each poll."""
     before = [newest_batches(store) for store in stores]
     deadline = clock() + limit_s
     while not stop.is_set() and clock() < deadline:
-        try:
-            return claim(settings)
-        except FenceError:
-            pass
+        if (taken := take()) is not None:
+            return taken
         if progressed(stores, before):
             return None
         stop.wait(poll_s)
@@ -121,20 +135,12 @@ class Standby:
         index's worker has checkpointed a new batch of every query (they
         have just started too, or one has just taken over), at most
         ``limit_s``: its JVM's start would slow theirs."""
-        stores = [CheckpointStore(settings.checkpoint_dir) for settings in self._candidates]
-        before = [newest_batches(store) for store in stores]
-        deadline = clock() + limit_s
-        while not stop.is_set() and clock() < deadline and not progressed(stores, before):
-            stop.wait(poll_s)
+        until_progressed([CheckpointStore(settings.checkpoint_dir) for settings in self._candidates], stop,
+                         clock=clock, poll_s=poll_s, limit_s=limit_s)
 
     def try_once(self) -> Claim | None:
         """The first index whose lock is free, taken; None if every one is held."""
-        for settings in self._candidates:
-            try:
-                return claim(settings)
-            except FenceError:
-                continue
-        return None
+        return next((taken for settings in self._candidates if (taken := try_claim(settings)) is not None), None)
 
     def wait(self, stop: threading.Event, on_idle: Callable[[], None] = lambda: None) -> Claim | None:
         """Until an index is taken (returned) or ``stop`` (None); ``on_idle``

@@ -22,6 +22,11 @@ class SessionActive(Conflict):
     retry once it has been silent long enough."""
 
 
+class Superseded(Conflict):
+    """A later holder of the worker's checkpoint volume has registered since:
+    this process was taken over and must stop (gRPC FAILED_PRECONDITION)."""
+
+
 class Unavailable(ControllerError):
     """The controller cannot do it now: its state cannot be written, so the
     change was not made (gRPC UNAVAILABLE, HTTP 503)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from controller.core import validation
 from controller.core.checkpoints import DurableCheckpoint, worker_checkpoints
-from controller.core.errors import Conflict, InvalidRequest, NotFound, SessionActive, Unavailable
+from controller.core.errors import Conflict, InvalidRequest, NotFound, SessionActive, Superseded, Unavailable
 from controller.core.graph import PipelineView, pipeline_view
 from controller.core.history import HistoryView
 from controller.core.readings import Readings, WorkerDurations
@@ -106,7 +106,9 @@ class ControllerService:
            a second process taking the session of a live one (``SessionActive``:
            it may retry once that one has been silent ``TAKEOVER_SILENCE_S``,
            unless it holds a later generation of the same checkpoint volume's
-           fence: then that one's process is gone),
+           fence: then that one's process is gone or fenced off), a process
+           holding an earlier generation than the record (``Superseded``:
+           taken over, it must stop),
            and checkpoints too far past the newest known of this worker.
         3. Record it under a new session id: reports and commits of older
            sessions become stale.
@@ -131,6 +133,11 @@ class ControllerService:
                     f"worker index {registration.worker_index} is already held by {holder.worker_id}; "
                     f"{registration.worker_id} needs a different SP_WORKER_INDEX")
             known = self._table.workers.get(registration.worker_id)
+            if known is not None and known.fence.supersedes(registration.fence):
+                raise Superseded(
+                    f"{registration.worker_id}: a later holder of its checkpoint volume's lock has registered "
+                    f"(generation {known.fence.generation}, this process holds {registration.fence.generation}): "
+                    f"index {registration.worker_index} was taken over")
             if (known is not None and known.session_id != registration.session_id
                     and not registration.fence.supersedes(known.fence)):
                 silent_s = self._clock() - known.last_heartbeat

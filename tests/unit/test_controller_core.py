@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from controller.core.errors import Conflict, InvalidRequest, SessionActive
+from controller.core.errors import Conflict, InvalidRequest, SessionActive, Superseded
 from controller.core.service import TAKEOVER_SILENCE_S
 from sparkpoint.messages import (
     ProgressReport,
@@ -98,12 +98,27 @@ def test_a_later_generation_of_the_same_volumes_fence_takes_over_at_once(service
     volume = "a" * 32
     session = service.register(dataclasses.replace(registration(), fence=VolumeFence(volume, 4))).session_id
     assert service.report_progress(report(session, 1)).status == ReportStatus.ACCEPTED   # alive a moment ago
-    for not_later in (VolumeFence(volume, 4), VolumeFence(volume, 3), VolumeFence("b" * 32, 5), VolumeFence()):
+    for not_later in (VolumeFence(volume, 4), VolumeFence("b" * 32, 5), VolumeFence()):
         with pytest.raises(SessionActive):
             service.register(dataclasses.replace(registration(), fence=not_later))
     taken = service.register(dataclasses.replace(registration(), fence=VolumeFence(volume, 5))).session_id
     assert taken != session and service.report_progress(report(session, 2)).status == ReportStatus.STALE
     assert service.worker("w0").fence == VolumeFence(volume, 5)
+
+
+def test_a_process_holding_an_earlier_generation_is_told_it_was_taken_over(service, clock):
+    """A hung worker whose lock a standby broke (the volume's next
+    generation) registers again once it runs: it is told to stop, however
+    long the new holder has been silent."""
+    volume = "a" * 32
+    old = service.register(dataclasses.replace(registration(), fence=VolumeFence(volume, 4))).session_id
+    new = service.register(dataclasses.replace(registration(), fence=VolumeFence(volume, 5))).session_id
+    assert service.report_progress(report(old, 1)).status == ReportStatus.STALE
+    for silent_s in (0, TAKEOVER_SILENCE_S):
+        clock.now += silent_s
+        with pytest.raises(Superseded, match="generation 5, this process holds 4.*index 0 was taken over"):
+            service.register(dataclasses.replace(registration(), fence=VolumeFence(volume, 4), session_id=old))
+    assert service.worker("w0").session_id == new
 
 
 def test_the_same_process_registers_again_naming_its_session(service):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 _CHUNK = 1 << 20
@@ -25,6 +26,18 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
+    _place(path, data, os.replace)
+
+
+def atomic_create(path: Path, data: bytes) -> None:
+    """``atomic_write``, but never replacing a file: ``FileExistsError`` if
+    ``path`` exists (a hard link from the temporary name, not a rename)."""
+    _place(path, data, os.link)
+
+
+def _place(path: Path, data: bytes, put: Callable[[str, Path], None]) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, ``put``
+    it at ``path``, fsync the directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -32,10 +45,9 @@ def atomic_write(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        put(tmp, path)
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
     fsync_dir(path.parent)
 
 

@@ -29,10 +29,11 @@ import time
 from sparkpoint.settings import SettingsError, exit_with_error
 from worker.api.graph import Pipeline, PipelineError
 from worker.api.loader import load_pipeline
-from worker.checkpointing.store import FenceError
+from worker.checkpointing.lock import FenceError
 from worker.control.client import ControllerClient, WorkerIdentity
 from worker.healthcheck import clear_health, standing_by
-from worker.lifecycle.claim import Standby, claim_own
+from worker.lifecycle.claim import Claim, Standby, claim_own
+from worker.lifecycle.holding import LockKeeper
 from worker.lifecycle.restarts import RestartPolicy
 from worker.lifecycle.serve import RunEnd, Session, serve
 from worker.publishing.sinks import check_sinks
@@ -43,6 +44,21 @@ from worker.stateplan.layout import pipeline_layout
 log = logging.getLogger("sparkpoint.worker")
 PROGRAM = "sparkpoint-worker"
 EXIT_CODES = {RunEnd.STOPPED: 0, RunEnd.FAILED: 1}
+EXIT_SUPERSEDED = 3
+
+
+def hold(taken: Claim) -> LockKeeper:
+    """Keep the index's lock touched; if another process broke it (this one
+    was silent for SP_HEARTBEAT_TIMEOUT), say why and stop at once: not a
+    thread of this process may write for the index again."""
+    def superseded(reason: str) -> None:
+        print(f"{PROGRAM}: error: {reason}: this process was silent for SP_HEARTBEAT_TIMEOUT (paused or cut off?); "
+              f"it writes nothing more for index {taken.settings.worker_index} and stops", file=sys.stderr, flush=True)
+        os._exit(EXIT_SUPERSEDED)
+
+    keeper = LockKeeper(taken.store.lock, superseded)
+    keeper.start()
+    return keeper
 
 
 def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, stop: threading.Event) -> int:
@@ -63,6 +79,8 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
         exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
     if stop.is_set():
         return EXIT_CODES[RunEnd.STOPPED]
+    if taken is not None:
+        keeper = hold(taken)
     from pyspark.errors import PySparkException
 
     from worker.runtime.session import MissingJar, start_session
@@ -96,6 +114,7 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
         if taken is None:
             spark.stop()
             return EXIT_CODES[RunEnd.STOPPED]
+        keeper = hold(taken)
     settings, store, fence = taken.settings, taken.store, taken.fence
     checkpoints_on = settings.checkpoint_freq_ms > 0
     for problem in store.quarantine_unreadable() if checkpoints_on else []:
@@ -119,6 +138,7 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
     finally:
         client.close()
         spark.stop()
+        keeper.stop()
         store.release()
 
 

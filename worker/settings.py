@@ -48,6 +48,10 @@ C2_FOR_HOT_CODE_ONLY = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocati
                         "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
 
 
+# A hung holder's lock is broken after SP_HEARTBEAT_TIMEOUT, at least this
+# many of its one-second touches: one late touch must not cost it its index.
+HEARTBEATS_PER_TIMEOUT = 3
+
 # In SP_CHECKPOINT_DIR (and SP_WORKER_ID, SP_GRPC_TLS_CERT_FILE, SP_GRPC_TLS_KEY_FILE):
 # the index the process runs, so that it may take over any index (see SP_WORKER_ROLE).
 INDEX = "{index}"
@@ -96,6 +100,12 @@ class WorkerSettings(Settings):
         5, ge=1, description="a failed query restores the last complete checkpoint into the living Spark session "
                              "and restarts (backing off when it fails again); the same failure this many times in "
                              "a row stops the worker")
+    heartbeat_timeout_ms: Milliseconds = Field(
+        10_000, ge=0, validation_alias="SP_HEARTBEAT_TIMEOUT",
+        description="a worker touches its checkpoint directory's lock every second; a process starting or standing "
+                    "by breaks the lock of one that has not for this many milliseconds (hung, paused, cut off) and "
+                    "takes its index over, and the old process stops before its next write. `0`: only an index "
+                    "whose process ended is taken over")
     log_dir: LogDir = Path("var/log")
     output_dir: UserPath = Field(Path("var/output"), description="root of the files sink")
     # local[threads, max task attempts]: plain local[N] never retries a task,
@@ -194,6 +204,19 @@ class WorkerSettings(Settings):
         if not limits.NAME.fullmatch(worker_id):
             raise ValueError(f"{shown(worker_id)} is not a valid worker id ({limits.NAME_RULE})")
         return worker_id
+
+    @field_validator("heartbeat_timeout_ms")
+    @classmethod
+    def _beyond_heartbeats(cls, timeout_ms: int) -> int:
+        if 0 < timeout_ms < 1000 * HEARTBEATS_PER_TIMEOUT:
+            raise ValueError(f"must be 0 or at least {1000 * HEARTBEATS_PER_TIMEOUT} (the lock is touched every "
+                             f"second), got {timeout_ms}")
+        return timeout_ms
+
+    @property
+    def heartbeat_timeout_s(self) -> float | None:
+        """How long a lock's holder may be silent before it is broken (None: never)."""
+        return self.heartbeat_timeout_ms / 1000 or None
 
     @field_validator("java_options")
     @classmethod

@@ -124,7 +124,7 @@ class ComposeStack:
         containers = {c.id[:12]: c for c in self.client.containers.list(filters={
             "label": f"com.docker.compose.project={self.project}"})
             if c.labels["com.docker.compose.service"] in WORKER_SERVICES}
-        reader = next(iter(containers.values()))
+        reader = next(c for c in containers.values() if c.status == "running")     # not a paused one
         lock = reader.exec_run(["cat", f"/var/lib/sparkpoint/checkpoints/{index}/LOCK"]).output.decode()
         host = re.search(r" on (\w+)\)$", lock.strip())
         assert host and host[1] in containers, f"index {index}'s LOCK names no running worker container: {lock!r}"

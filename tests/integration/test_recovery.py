@@ -298,8 +298,8 @@ def tear(store: CheckpointStore, checkpoint_id: int, lose: str) -> str:
 
     manifest = store.load(checkpoint_id)
     lost = {q.name: lose.replace("N", str(q.batch_id)) for q in manifest.queries}
-    store.write_manifest(replace(manifest, queries=tuple(
-        replace(q, files={p: e for p, e in q.files.items() if p != lost[q.name]}) for q in manifest.queries)))
+    store.manifest_path(checkpoint_id).write_text(replace(manifest, queries=tuple(
+        replace(q, files={p: e for p, e in q.files.items() if p != lost[q.name]}) for q in manifest.queries)).to_json())
     return lost[manifest.queries[0].name]
 
 

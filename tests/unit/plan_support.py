@@ -31,6 +31,7 @@ def take_checkpoint(directory: Path, pipeline_file: Path, checkpoint_id: int = 5
     pipeline = load_pipeline(pipeline_file)
     layout = pipeline_layout(pipeline, SCHEMAS)
     store = CheckpointStore(directory)
+    store.manifest_path(checkpoint_id).unlink(missing_ok=True)      # in place of any there (never overwritten)
     store.write_manifest(Manifest(
         checkpoint_id=checkpoint_id, worker_id="worker-0", created_at=1_700_000_000.0, duration_ms=3.0,
         bytes_copied=0, node_names=layout.node_names, pipeline_fingerprint=layout.fingerprint,

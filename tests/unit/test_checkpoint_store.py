@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from sparkpoint.messages import VolumeFence
+from worker.checkpointing.lock import FenceError
 from worker.checkpointing.manifest import FileEntry, Manifest, ManifestError, QueryCut
-from worker.checkpointing.store import CheckpointStore, CorruptCheckpoint, FenceError
+from worker.checkpointing.store import CheckpointStore, CorruptCheckpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -239,12 +240,12 @@ def test_each_taking_of_the_lock_counts_one_generation_of_the_volumes_fence(tmp_
 def test_a_fence_that_cannot_be_counted_is_no_fence_and_the_store_still_locked(tmp_path, monkeypatch, caplog):
     import errno
 
-    from worker.checkpointing import store as store_module
+    from worker.checkpointing import lock as lock_module
 
     def full(path, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(store_module, "atomic_write", full)
+    monkeypatch.setattr(lock_module, "atomic_write", full)
     store = CheckpointStore(tmp_path / "store")
     assert store.acquire("worker-0") == VolumeFence()      # the controller waits out the silence instead
     assert "registering without a fence" in caplog.text

@@ -3,13 +3,16 @@ lock is free (worker.lifecycle.claim), on real locks in temporary directories.""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import pytest
 
 from sparkpoint.settings import SettingsError
+from worker.checkpointing.lock import FenceError
 from worker.checkpointing.manifest import Manifest, QueryCut
-from worker.checkpointing.store import CheckpointStore, FenceError
+from worker.checkpointing.store import CheckpointStore
 from worker.lifecycle.claim import Standby, after_takeover, claim, claim_own
 from worker.settings import WorkerSettings
 
@@ -42,6 +45,7 @@ def test_each_index_gets_its_own_directory_and_id(tmp_path):
     ({"SP_WORKER_ROLE": "standby", "SP_CHECKPOINT_DIR": "/c"}, "SP_WORKER_ROLE"),
     ({"SP_WORKER_ROLE": "standby", "SP_WORK_DIR": ""}, "SP_WORK_DIR"),
     ({"SP_WORKER_ROLE": "spare"}, "SP_WORKER_ROLE"),
+    ({"SP_HEARTBEAT_TIMEOUT": "2000"}, "SP_HEARTBEAT_TIMEOUT"),
 ])
 def test_settings_a_takeover_cannot_keep_are_refused_naming_the_variable(tmp_path, extra, variable):
     with pytest.raises(SettingsError) as raised:
@@ -71,6 +75,26 @@ def test_a_standby_takes_the_first_index_whose_lock_is_free_and_keeps_its_own_wo
     assert taken.settings.work_dir == tmp_path / "work"
     with pytest.raises(FenceError):      # it now holds index 2 as the worker did
         CheckpointStore(tmp_path / "checkpoints" / "w2").acquire("another")
+
+
+def test_a_standby_takes_over_a_holder_silent_for_the_heartbeat_timeout(tmp_path):
+    env = environ(tmp_path, SP_WORKER_ROLE="standby", SP_HEARTBEAT_TIMEOUT="5000")
+    held = holders(tmp_path, 0, 1, 2)
+    standby = Standby(env, WorkerSettings.from_env(env))
+    hung = tmp_path / "checkpoints" / "w1" / "LOCK"
+    then = time.time() - 4
+    os.utime(hung, (then, then))
+    assert standby.try_once() is None          # silent 4 s: not yet
+    then = time.time() - 6
+    os.utime(hung, (then, then))
+    taken = standby.try_once()
+    assert taken.settings.worker_index == 1 and taken.fence.generation == 2
+    assert "taken over by worker-1 (pid " in held[1].lock.lost()
+    assert held[0].lock.lost() is None and held[2].lock.lost() is None
+
+    os.utime(tmp_path / "checkpoints" / "w0" / "LOCK", (0, 0))
+    never = {**env, "SP_HEARTBEAT_TIMEOUT": "0"}
+    assert Standby(never, WorkerSettings.from_env(never)).try_once() is None
 
 
 def test_waiting_ends_with_the_index_freed_between_tries_or_with_stop(tmp_path):

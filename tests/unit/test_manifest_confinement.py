@@ -132,7 +132,7 @@ def tear(store: CheckpointStore, checkpoint_id: int, lose: str) -> None:
     [cut] = manifest.queries
     path = lose.replace("N", str(cut.batch_id))
     files = {p: e for p, e in cut.files.items() if p != path}
-    store.write_manifest(replace(manifest, queries=(replace(cut, files=files),)))
+    store.manifest_path(checkpoint_id).write_text(replace(manifest, queries=(replace(cut, files=files),)).to_json())
 
 
 @pytest.mark.parametrize("lose", ["metadata", "offsets/N"])

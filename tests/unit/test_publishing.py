@@ -14,6 +14,7 @@ import pytest
 from sparkpoint.errors import describe_error
 from sparkpoint.messages import SinkContract, SinkState
 from tests.unit.fakes import FakeClock
+from worker.checkpointing.lock import Superseded
 from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.publishing.book import Contract, Mark, SinkBook
 from worker.publishing.publisher import Publication, Publisher
@@ -280,11 +281,12 @@ class FakeTarget:
         pass
 
 
-def publisher_for(tmp_path: Path, target, contract=Contract.ON_COMPLETION, complete=False, clock=None):
+def publisher_for(tmp_path: Path, target, contract=Contract.ON_COMPLETION, complete=False, clock=None,
+                  guard=lambda: None):
     staging = fresh_staging(tmp_path)
     publication = Publication("out", SinkContract.TRANSACTIONAL, SinkBook(contract, complete=complete), target,
                               staging)
-    publisher = Publisher([publication], clock=clock or FakeClock())
+    publisher = Publisher([publication], clock=clock or FakeClock(), guard=guard)
     assert publisher.resume_all(threading.Event())
     return publisher, staging
 
@@ -304,6 +306,24 @@ def test_the_publisher_publishes_on_completion_and_deletes_what_it_published(tmp
     status = publisher.statuses()[0]
     assert (status.published_checkpoint_id, status.published_batch_id, status.pending_batches) == (1, 1, 1)
     assert not status.state is SinkState.WAITING
+
+
+def test_a_process_taken_over_touches_neither_the_target_nor_its_staged_batches(tmp_path):
+    target = FakeTarget()
+    taken_over = threading.Event()
+
+    def guard() -> None:
+        if taken_over.is_set():
+            raise Superseded("checkpoint directory /c/0 was taken over by worker-0 (pid 7 on standby)")
+    publisher, staging = publisher_for(tmp_path, target, guard=guard)
+    for batch_id in range(3):
+        stage(staging, batch_id, [batch_id])
+    publisher.durable(manifest(1, 1))
+    publisher.completed(1)
+    taken_over.set()
+    publisher.step()
+    assert (target.rows, target.mark, staging.batches()) == ([], None, [0, 1, 2])
+    assert "taken over" in publisher.statuses()[0].error
 
 
 @pytest.mark.parametrize("cut", ["before", "after"])

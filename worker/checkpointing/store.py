@@ -1,48 +1,36 @@
 """The durable checkpoint store on the worker's volume (``SP_CHECKPOINT_DIR``)::
 
-    LOCK                     held (flock) by the one live worker using the store, which
-                             names itself in it: "<worker id> (pid <pid> on <host>)"
-    FENCE                    "<volume id> <generation>": the store's id, and how many
-                             processes have taken LOCK (the controller's proof that
-                             an earlier holder is gone)
+    LOCK, FENCE, TAKEOVER    which one process writes here (``worker.checkpointing.lock``)
     blobs/ab/abcdef...       file contents, named by SHA-256 (copied once, shared)
     manifests/000000000042.json
 
 Every write goes to a temporary name, is fsynced, renamed into place, and the
 directory fsynced: a crash leaves either the old state or the new, never a
-torn file under a final name.
+torn file under a final name. Every write first checks that this process
+still holds the lock (``guard``); a manifest is never replaced: a process
+whose lock was broken between its check and its write cannot overwrite the
+new holder's checkpoint of the same id.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
 import shutil
-import socket
 import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkpoint.fileio import atomic_write, fsync_dir, sha256_of
+from sparkpoint.fileio import atomic_create, fsync_dir, sha256_of
 from sparkpoint.messages import VolumeFence
 from sparkpoint.storelayout import BLOBS, MANIFESTS, manifest_name
+from worker.checkpointing.lock import StoreLock, Superseded
 from worker.checkpointing.manifest import Manifest, ManifestError
 
 log = logging.getLogger("sparkpoint.worker.checkpoints")
 
 _COPY_CHUNK = 1 << 20
-
-
-class FenceError(RuntimeError):
-    """Another live worker holds this checkpoint directory; ``holder``
-    names it (as it wrote itself into ``LOCK``)."""
-
-    def __init__(self, message: str, holder: str) -> None:
-        super().__init__(message)
-        self.holder = holder
 
 
 class CorruptCheckpoint(ValueError):
@@ -61,50 +49,21 @@ class CheckpointStore:
         self.root = Path(root)
         self.blobs = self.root / BLOBS
         self.manifests_dir = self.root / MANIFESTS
-        self._lock_fd: int | None = None
+        self.lock = StoreLock(self.root)
 
     # -- fencing ---------------------------------------------------------
-    def acquire(self, owner: str) -> VolumeFence:
-        """Take the store's lock for this process's lifetime, or fail naming
-        the holder; count this taking of it (``FENCE``, durable before it is
-        returned)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise FenceError(f"checkpoint directory {self.root} is in use by {holder}; "
-                             "two live workers must not share one", holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{owner} (pid {os.getpid()} on {socket.gethostname()})".encode(), 0)
-        self._lock_fd = fd
-        return self._next_fence()
+    def acquire(self, owner: str, *, silence_s: float | None = None) -> VolumeFence:
+        """Take the store's lock (``StoreLock.acquire``)."""
+        return self.lock.acquire(owner, silence_s=silence_s)
 
-    def _next_fence(self) -> VolumeFence:
-        """Under the lock: one more taking of it. An unreadable ``FENCE``
-        starts a new volume id, and one that cannot be written (a full
-        volume) gives no fence: either way the controller then waits out the
-        old session's silence instead."""
-        path = self.root / "FENCE"
-        try:
-            volume_id, generation = path.read_text().split()
-            fence = VolumeFence(volume_id, int(generation) + 1)
-        except (FileNotFoundError, ValueError):
-            fence = VolumeFence(uuid.uuid4().hex, 1)
-        try:
-            atomic_write(path, f"{fence.volume_id} {fence.generation}\n".encode())
-        except OSError as error:
-            log.warning("%s: cannot count this worker's taking of the lock (%s); registering without a fence",
-                        path, error.strerror or error)
-            return VolumeFence()
-        return fence
+    def guard(self) -> None:
+        """Before every write: raise ``Superseded`` if this process's lock was
+        broken (another process holds the index now)."""
+        if (reason := self.lock.lost()) is not None:
+            raise Superseded(reason)
 
     def release(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self.lock.release()
 
     # -- blobs -------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
@@ -125,6 +84,7 @@ class CheckpointStore:
                     return StoredBlob(known_sha256, os.path.getsize(source), False)
             except FileNotFoundError:
                 pass
+        self.guard()
         self.blobs.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
         fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=".blob.", suffix=".tmp")
@@ -155,8 +115,17 @@ class CheckpointStore:
         return self.root / manifest_name(checkpoint_id)
 
     def write_manifest(self, manifest: Manifest) -> None:
-        """The last step of a checkpoint: after this it is durable."""
-        atomic_write(self.manifest_path(manifest.checkpoint_id), manifest.to_json().encode())
+        """The last step of a checkpoint: after this it is durable. A
+        different manifest of that id already there is kept
+        (``FileExistsError``); the same one again is no change (an export
+        repeated)."""
+        self.guard()
+        path, data = self.manifest_path(manifest.checkpoint_id), manifest.to_json().encode()
+        try:
+            atomic_create(path, data)
+        except FileExistsError:
+            if path.read_bytes() != data:
+                raise
 
     def checkpoint_ids(self) -> list[int]:
         """Ids of every manifest file present (readable or not), ascending."""
@@ -230,6 +199,7 @@ class CheckpointStore:
 
     def quarantine(self, checkpoint_id: int) -> None:
         """Move a corrupt checkpoint's manifest aside (kept for inspection, out of retention's way)."""
+        self.guard()
         source = self.manifest_path(checkpoint_id)
         if source.exists():
             target = self.root / "quarantine" / source.name
@@ -242,10 +212,12 @@ class CheckpointStore:
         return max(self.checkpoint_ids() + quarantined, default=0)
 
     def delete(self, checkpoint_id: int) -> None:
+        self.guard()
         self.manifest_path(checkpoint_id).unlink(missing_ok=True)
 
     def collect_garbage(self, referenced: set[str]) -> int:
         """Delete blobs no retained manifest references; returns bytes freed."""
+        self.guard()
         freed = 0
         if not self.blobs.is_dir():
             return 0

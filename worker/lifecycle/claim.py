@@ -7,8 +7,10 @@ process ends, however it ends. So a process runs an index exactly while it
 holds that index's lock. A standby tries every index's lock every
 ``poll_s`` and takes over the first it gets: a crashed worker is replaced
 within milliseconds of its death, with no heartbeat to wait out. A paused
-or cut-off process keeps its lock, and with it its index: nothing else
-writes for that index meanwhile.
+or cut-off process keeps its flock, but not its index: the lock of a holder
+that has not touched it (``LockKeeper``) for ``SP_HEARTBEAT_TIMEOUT`` is
+broken (``worker.checkpointing.lock``), and the old holder, once it runs
+again, writes nothing more and stops.
 
 With ``{index}`` in ``SP_CHECKPOINT_DIR`` (``WorkerSettings.takes_over``)
 every index's directory is reachable, each index's settings derive from
@@ -26,7 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sparkpoint.messages import VolumeFence
-from worker.checkpointing.store import CheckpointStore, FenceError
+from worker.checkpointing.lock import FenceError
+from worker.checkpointing.store import CheckpointStore
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("sparkpoint.worker")
@@ -44,10 +47,11 @@ class Claim:
 
 
 def claim(settings: WorkerSettings) -> Claim:
-    """Take ``settings``' index; raises ``FenceError`` naming the live
-    holder if there is one."""
+    """Take ``settings``' index -- breaking the lock of a holder silent for
+    ``SP_HEARTBEAT_TIMEOUT`` -- or raise ``FenceError`` naming the live
+    holder."""
     store = CheckpointStore(settings.checkpoint_dir)
-    return Claim(settings, store, store.acquire(settings.worker_id))
+    return Claim(settings, store, store.acquire(settings.worker_id, silence_s=settings.heartbeat_timeout_s))
 
 
 def try_claim(settings: WorkerSettings) -> Claim | None:

@@ -228,7 +228,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         return RunOutcome(RunEnd.STOPPED)
     run_dir = fresh_run_dir(settings)
     query_root = run_dir / "queries"
-    publisher = Publisher(publications(pipeline, settings, run_dir.name))
+    publisher = Publisher(publications(pipeline, settings, run_dir.name), guard=session.store.guard)
     live = LiveRun(expected_queries=len(pipeline.branches), pipeline=pipeline, restarts=session.restarts.view)
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),

@@ -83,8 +83,12 @@ class Publication:
 
 class Publisher:
     def __init__(self, publications: list[Publication], *, clock: Callable[[], float] = time.time,
-                 poll_s: float = 0.25) -> None:
+                 poll_s: float = 0.25, guard: Callable[[], None] = lambda: None) -> None:
+        """``guard``: raises if this process may no longer write for its
+        index (``CheckpointStore.guard``); called before each target is
+        touched."""
         self.publications = publications
+        self._guard = guard
         self._clock = clock
         self._poll_s = poll_s
         self._lock = threading.Lock()
@@ -164,6 +168,7 @@ class Publisher:
 
     def _resume(self, publication: Publication) -> bool:
         try:
+            self._guard()
             mark = publication.target.resume()
         except Exception as error:
             self._failed(publication, error)
@@ -187,6 +192,7 @@ class Publisher:
                 return
             # 2.
             try:
+                self._guard()
                 staged = publication.staging.batches()
                 with self._lock:
                     plan = publication.book.plan(staged)

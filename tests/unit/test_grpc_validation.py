@@ -224,6 +224,22 @@ def test_a_stale_or_unknown_worker_registers_again(status):
     assert client.seqs == [1, 1]        # the new session numbers its reports afresh
 
 
+def test_a_woken_reporter_reports_at_once_not_at_its_interval():
+    client = ScriptedClient(ReportStatus.ACCEPTED, ReportStatus.ACCEPTED)
+    sent = threading.Event()
+    replies: list[ReportOutcome] = []
+    reporter = Reporter(client, lambda: ProgressReport(), 3600.0, on_reply=lambda reply: (replies.append(reply),
+                                                                                            sent.set()))
+    reporter.start()
+    try:
+        assert not sent.is_set()
+        reporter.wake()
+        assert sent.wait(30), "no report after wake()"
+        assert client.seqs == [1]
+    finally:
+        reporter.stop(final_report=False)
+
+
 def test_a_duplicate_does_not_register_again():
     client = ScriptedClient(ReportStatus.DUPLICATE)
     Reporter(client, lambda: ProgressReport(), 1.0).report_now()

@@ -241,10 +241,11 @@ def test_the_listener_ignores_a_restarted_runs_late_events():
     assert tracker.snapshot()[0].error == "ValueError: boom"
 
 
-def test_the_listener_logs_each_runs_first_batch_with_rows_once(caplog):
+def test_the_listener_logs_each_runs_first_batch_with_rows_once_and_says_so_once(caplog):
     from worker.runtime.progress import SparkProgressListener
 
-    listener = SparkProgressListener(ProgressTracker())
+    said: list[int] = []
+    listener = SparkProgressListener(ProgressTracker(), on_first_rows=lambda: said.append(len(caplog.records)))
     listener.started("run-1", "out")
 
     def progress(batch_id: int, rows: int) -> str:
@@ -258,6 +259,7 @@ def test_the_listener_logs_each_runs_first_batch_with_rows_once(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         'query out: first batch with rows of this run: batch 2, 7 rows, started 2026-11-27T10:00:02.000Z, '
         'took {"addBatch": 80, "triggerExecution": 100} ms']
+    assert said == [1]      # once, after the batch with rows
 
 
 def test_the_listener_says_when_one_of_its_queries_ended():

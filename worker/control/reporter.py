@@ -37,6 +37,7 @@ class Reporter:
         self._interval_s = interval_s
         self._seq = 0
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sparkpoint-reporter", daemon=True)
         self._backoff = Backoff(initial_s=interval_s, maximum_s=max(5.0, interval_s))
         self.controller_reachable = True
@@ -46,6 +47,11 @@ class Reporter:
 
     def start(self) -> None:
         self._thread.start()
+
+    def wake(self) -> None:
+        """Report now, not at the next interval (a restored run's first
+        batch: the controller, and whoever watches it, sees it at once)."""
+        self._wake.set()
 
     def report_now(self) -> ReportStatus:
         """Send one report and hand the reply to ``on_reply``; returns the controller's status."""
@@ -65,7 +71,11 @@ class Reporter:
 
     def _run(self) -> None:
         delay = self._interval_s
-        while not self._stop.wait(delay):
+        while True:
+            self._wake.wait(delay)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.report_now()
                 if not self.controller_reachable:
@@ -86,6 +96,7 @@ class Reporter:
 
     def stop(self, final_report: bool = True) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=5)
         if final_report:
             try:

@@ -253,7 +253,8 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         live.finished = staying_finished(pipeline, resumed)
         for query in resumed.queries if resumed else ():
             live.tracker.restored(query.name, query.batch_id, query.offsets, finished=query.name in live.finished)
-        listener = SparkProgressListener(live.tracker, on_batch=publisher.wake, on_terminated=live.terminated.set)
+        listener = SparkProgressListener(live.tracker, on_batch=publisher.wake, on_terminated=live.terminated.set,
+                                         on_first_rows=reporter.wake)
         listener.register(spark)
         live.queries = start_queries(spark, pipeline, settings, query_root,
                                      {p.name: p.staging.run_dir for p in publisher.publications}, live.finished)

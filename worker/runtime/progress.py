@@ -99,7 +99,8 @@ class ProgressTracker:
 class SparkProgressListener:
     """Forwards Spark's query events to a tracker (on Spark's listener
     thread); ``on_batch`` is called after each batch (the publisher's
-    wake-up), ``on_terminated`` when one of its queries ends (the supervisor's).
+    wake-up), ``on_first_rows`` after a run's first batch with rows (the
+    reporter's), ``on_terminated`` when one of its queries ends (the supervisor's).
     ``register`` subscribes it to a session's queries, ``unregister`` ends that.
 
     Only the query runs it saw start count: an earlier run in the same
@@ -108,9 +109,11 @@ class SparkProgressListener:
     run id of its own."""
 
     def __init__(self, tracker: ProgressTracker, on_batch: Callable[[], None] = lambda: None,
-                 on_terminated: Callable[[], None] = lambda: None) -> None:
+                 on_terminated: Callable[[], None] = lambda: None,
+                 on_first_rows: Callable[[], None] = lambda: None) -> None:
         self.tracker = tracker
         self.on_batch = on_batch
+        self.on_first_rows = on_first_rows
         self.on_terminated = on_terminated
         # Spark names a terminated query only by its ids: remembered from its start.
         self._names_by_run: dict[str, str] = {}
@@ -149,6 +152,7 @@ class SparkProgressListener:
             log.info("query %s: first batch with rows of this run: batch %s, %s rows, started %s, took %s ms",
                      self._names_by_run[run_id], progress.get("batchId"), progress.get("numInputRows"),
                      progress.get("timestamp"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
+            self.on_first_rows()
         self.on_batch()
 
     def terminated(self, run_id: str, exception: str | None) -> None:

@@ -3,7 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worker.healthcheck import FILE_NAME, check, write_health
+from worker.healthcheck import FILE_NAME, check, where, write_health
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,6 +28,19 @@ def test_command_exit_status(tmp_path):
     write_health(tmp_path, registered=True, queries_alive=True, state="WORKER_STATE_RUNNING")
     result = run()
     assert (result.returncode, result.stdout.strip()) == (0, "healthy")
+
+
+def test_the_check_imports_no_settings_when_the_compose_file_gives_both_values(tmp_path):
+    """A check runs every 10 s in every worker container: the settings
+    classes (pydantic, psycopg) would cost 0.6 s of CPU each time."""
+    write_health(tmp_path, registered=True, queries_alive=True, state="WORKER_STATE_RUNNING")
+    probe = ("import sys\nfrom worker import healthcheck\ntry:\n    healthcheck.main()\nexcept SystemExit as end:\n"
+             "    print(end.code, sorted(m for m in ('pydantic', 'psycopg', 'worker.settings') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
+                            env={"SP_WORK_DIR": str(tmp_path), "SP_HEALTH_MAX_AGE": "30", "PATH": "/usr/bin:/bin"})
+    assert result.stdout.splitlines()[-1] == "0 []"
+    assert where({"SP_WORK_DIR": str(tmp_path), "SP_HEALTH_MAX_AGE": "12.5"}) == (tmp_path, 12.5)
+    assert where({"SP_WORK_DIR": str(tmp_path)}) == (tmp_path, 30)      # the settings' default
 
 
 def test_a_restarted_worker_clears_the_old_health_file(tmp_path):

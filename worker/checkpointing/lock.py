@@ -66,17 +66,23 @@ class StoreLock:
         it is returned). ``silence_s``: break the lock of a holder that has
         not touched it for that long (None: never)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-        if not _flocked(fd) or not self._named(fd):
-            holder, silent_s = _holder(fd), self._clock() - os.fstat(fd).st_mtime
-            os.close(fd)
-            if silence_s is None or silent_s < silence_s or (fd := self._break(owner, silence_s)) is None:
-                raise FenceError(f"checkpoint directory {self.root} is in use by {holder}; "
-                                 "two live workers must not share one", holder)
-        else:
-            _name(fd, owner)
+        fd, holder, silent_s = self._try_take(owner)
+        if fd is None and (silence_s is None or silent_s < silence_s or (fd := self._break(owner, silence_s)) is None):
+            raise FenceError(f"checkpoint directory {self.root} is in use by {holder}; "
+                             "two live workers must not share one", holder)
         self._fd = fd
         return self._next_fence()
+
+    def _try_take(self, owner: str) -> tuple[int | None, str, float]:
+        """``LOCK`` taken if free (its descriptor, named after ``owner``);
+        else None, who holds it and for how long they have not touched it."""
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        if _flocked(fd) and self._named(fd):
+            _name(fd, owner)
+            return fd, owner, 0.0
+        holder, silent_s = _holder(fd), self._clock() - os.fstat(fd).st_mtime
+        os.close(fd)
+        return None, holder, silent_s
 
     def _break(self, owner: str, silence_s: float) -> int | None:
         """Under ``TAKEOVER``: if ``LOCK``'s holder is still silent, a new
@@ -96,14 +102,9 @@ class StoreLock:
             if not _flocked(guard):
                 return None
             # 2.
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-            if _flocked(fd) and self._named(fd):
-                _name(fd, owner)
+            fd, holder, silent_s = self._try_take(owner)
+            if fd is not None or silent_s < silence_s:
                 return fd
-            holder, silent_s = _holder(fd), self._clock() - os.fstat(fd).st_mtime
-            os.close(fd)
-            if silent_s < silence_s:
-                return None
             # 3.
             tmp = self.root / f".{LOCK}.{uuid.uuid4().hex}.tmp"
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)

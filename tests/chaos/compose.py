@@ -124,11 +124,24 @@ class ComposeStack:
         containers = {c.id[:12]: c for c in self.client.containers.list(filters={
             "label": f"com.docker.compose.project={self.project}"})
             if c.labels["com.docker.compose.service"] in WORKER_SERVICES}
-        reader = next(c for c in containers.values() if c.status == "running")     # not a paused one
-        lock = reader.exec_run(["cat", f"/var/lib/sparkpoint/checkpoints/{index}/LOCK"]).output.decode()
+        lock = self.read_from_a_worker(f"/var/lib/sparkpoint/checkpoints/{index}/LOCK", containers.values())
         host = re.search(r" on (\w+)\)$", lock.strip())
         assert host and host[1] in containers, f"index {index}'s LOCK names no running worker container: {lock!r}"
         return containers[host[1]].labels["com.docker.compose.service"]
+
+    @staticmethod
+    def read_from_a_worker(path: str, containers) -> str:
+        """The file at ``path`` on the checkpoint volumes, read through the
+        first of ``containers`` that can: Docker lists a container crashed a
+        moment ago as running until it notices, and a paused one cannot exec."""
+        failures = []
+        for container in containers:
+            if container.status == "running":
+                read = container.exec_run(["cat", path])
+                if read.exit_code == 0:
+                    return read.output.decode()
+                failures.append(f"{container.name}: {read.output.decode(errors='replace').strip()}")
+        raise AssertionError(f"no running worker container could read {path}: {failures}")
 
     def standing_by(self, service: str) -> bool:
         """Whether the worker container of ``service`` waits as a standby,

@@ -133,6 +133,25 @@ class Registration:
     nodes: tuple[PipelineNode, ...] = ()            # the graph, in pipeline order
     session_id: str = ""                            # the session this continues ("": a new process)
     fence: VolumeFence = VolumeFence()              # its checkpoint volume's, as this process holds it
+    host: str = ""                                  # the process's host name ("": not said) ...
+    pid: int = 0                                    # ... and its pid there (0: not said)
+
+
+class StandbyState(str, enum.Enum):
+    STARTING = "starting"   # holding back or starting its Spark session
+    READY = "ready"         # its session up and rehearsed: it takes over the first index whose worker is gone
+
+
+@dataclass(frozen=True)
+class StandbyReport:
+    """A warm standby waiting to take over a worker's index, as it says
+    every report interval."""
+
+    worker_id: str          # whom its credentials name: authentication only
+    host: str               # its process's host name ...
+    pid: int                # ... and pid there: together they name it
+    state: StandbyState
+    started_at: float = 0.0     # when its process started (seconds since the epoch, its clock)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    StandbyReport,
+    StandbyState,
     VolumeFence,
     VolumeUse,
     WorkerState,
@@ -58,6 +60,7 @@ _SINK_CONTRACTS = {
     SinkContract.UPSERT: pb.SINK_CONTRACT_UPSERT,
     SinkContract.AT_LEAST_ONCE: pb.SINK_CONTRACT_AT_LEAST_ONCE,
 }
+_STANDBY_STATES = {StandbyState.STARTING: pb.STANDBY_STATE_STARTING, StandbyState.READY: pb.STANDBY_STATE_READY}
 
 
 def _reverse(mapping: dict) -> dict:
@@ -68,6 +71,7 @@ _WORKER_STATES_FROM_PB = _reverse(_WORKER_STATES)
 _REPORT_STATUSES_FROM_PB = _reverse(_REPORT_STATUSES)
 _SINK_STATES_FROM_PB = _reverse(_SINK_STATES)
 _SINK_CONTRACTS_FROM_PB = _reverse(_SINK_CONTRACTS)
+_STANDBY_STATES_FROM_PB = _reverse(_STANDBY_STATES)
 
 
 # -- checkpoints -----------------------------------------------------------------------
@@ -120,6 +124,8 @@ def registration_to_pb(registration: Registration) -> pb.RegisterRequest:
                for n in registration.nodes],
         session_id=registration.session_id,
         fence=pb.VolumeFence(volume_id=registration.fence.volume_id, generation=registration.fence.generation),
+        host=registration.host,
+        pid=registration.pid,
     )
 
 
@@ -134,6 +140,8 @@ def registration_from_pb(request: pb.RegisterRequest) -> Registration:
         nodes=tuple(PipelineNode(n.name, n.kind, n.stateful, tuple(n.inputs)) for n in request.nodes),
         session_id=request.session_id,
         fence=VolumeFence(request.fence.volume_id, request.fence.generation),
+        host=request.host,
+        pid=request.pid,
     )
 
 
@@ -260,3 +268,15 @@ def report_outcome_from_pb(ack: pb.ProgressAck) -> ReportOutcome:
     commands = (_command_from_pb(c) for c in ack.commands)
     return ReportOutcome(_REPORT_STATUSES_FROM_PB.get(ack.status, ReportStatus.STALE),
                          tuple(c for c in commands if c is not None), frozenset(ack.pinned_checkpoints))
+
+
+# -- standbys ----------------------------------------------------------------------
+def standby_report_to_pb(report: StandbyReport) -> pb.StandbyReport:
+    return pb.StandbyReport(worker_id=report.worker_id, host=report.host, pid=report.pid,
+                            state=_STANDBY_STATES[report.state], started_at=report.started_at)
+
+
+def standby_report_from_pb(request: pb.StandbyReport) -> StandbyReport:
+    # A state this side does not know: the standby is up, not (yet) ready.
+    return StandbyReport(request.worker_id, request.host, request.pid,
+                         _STANDBY_STATES_FROM_PB.get(request.state, StandbyState.STARTING), request.started_at)

@@ -45,24 +45,38 @@ def _restarts(worker: dict[str, Any]) -> str:
             f"(last failure {restarts['same_in_a_row']} in a row): {restarts['last_error']}")
 
 
+def _process(view: dict[str, Any]) -> str:
+    """A worker's or standby's process, as the checkpoint lock names it."""
+    return f"pid {view['pid']} on {view['host']}" if view["host"] else "-"
+
+
+def _standbys(standbys: list[dict[str, Any]]) -> str:
+    ready = sum(1 for s in standbys if s["state"] == "ready")
+    return f"{len(standbys)} standby{'' if len(standbys) == 1 else 's'}" + (f" ({ready} ready)" if standbys else "")
+
+
 def status_view(status: dict[str, Any]) -> RenderableType:
     savepoints = status["savepoints"]
     newest = f" (newest {savepoints['newest_id']}: {savepoints['newest_state']})" if savepoints["count"] else ""
     headline = Text.assemble(
         "Pipeline ", styled(status["state"]),
-        f": {status['workers_registered']} of {status['workers_expected']} workers, "
+        f": {status['workers_registered']} of {status['workers_expected']} workers, {_standbys(status['standbys'])}, "
         f"{status['rows_per_second']:.1f} rows/s, input lag {size(status['lag_bytes'])}, "
         f"{savepoints['count']} savepoint{'' if savepoints['count'] == 1 else 's'}{newest}")
     if not status["workers"]:
         return Group(headline, "", Text("No worker has registered yet."))
     workers = table(
-        ("WORKER", "STATE", "BATCH", "ROWS/S", "LAG", "CHECKPOINT", "RECOVERY", "REPORTED"),
-        [(w["worker_id"], styled(w["state"]), str(w["batch_id"]), f"{w['rows_per_second']:.1f}",
+        ("WORKER", "PROCESS", "STATE", "BATCH", "ROWS/S", "LAG", "CHECKPOINT", "RECOVERY", "REPORTED"),
+        [(w["worker_id"], _process(w), styled(w["state"]), str(w["batch_id"]), f"{w['rows_per_second']:.1f}",
           size(w["lag_bytes"]), _checkpoint(w), _recovery(w), f"{seconds(w['heartbeat_age_s'])} ago")
          for w in status["workers"]],
         right=("BATCH", "ROWS/S", "LAG"))
     sinks = [(w["worker_id"], s) for w in status["workers"] for s in w["sinks"]]
     parts: list[RenderableType] = [headline, "", workers]
+    if status["standbys"]:
+        parts += ["", table(("STANDBY", "STATE", "REPORTED"),
+                            [(_process(s), styled(s["state"]), f"{seconds(s['heartbeat_age_s'])} ago")
+                             for s in status["standbys"]])]
     if sinks:
         parts += ["", table(
             ("WORKER", "SINK", "STATE", "PUBLISHED", "PENDING", "LAG", "RETRIES", "TARGET"),

@@ -9,7 +9,8 @@ Steps:
    which state belongs to which node. A standby (``SP_WORKER_ROLE``), or a
    worker whose index a live process holds, fences only now: it waits, its
    session warm, for the first index whose worker ends
-   (``worker.lifecycle.claim``), and runs as that worker.
+   (``worker.lifecycle.claim``), and runs as that worker; meanwhile it
+   tells the controller it stands by (``/status`` lists it).
 3-8. Serve runs of the pipeline in that session (``worker.lifecycle.serve``)
    until one ends other than in a restart: a savepoint restore, or a failed
    query (restored into the same session after the restart policy's
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -31,6 +33,7 @@ from worker.api.graph import Pipeline, PipelineError
 from worker.api.loader import load_pipeline
 from worker.checkpointing.lock import FenceError
 from worker.control.client import ControllerClient, WorkerIdentity
+from worker.control.standby import StandbyAnnouncer
 from worker.healthcheck import clear_health, standing_by
 from worker.lifecycle.claim import Claim, Standby, claim_own
 from worker.lifecycle.holding import LockKeeper
@@ -61,10 +64,21 @@ def hold(taken: Claim) -> LockKeeper:
     return keeper
 
 
+def announced(settings: WorkerSettings, identity: WorkerIdentity, started_at: float) -> StandbyAnnouncer:
+    """Tell the controller, every report interval, that this process stands
+    by (with the credentials of its own index)."""
+    client = ControllerClient(settings.controller_addr, identity, token=settings.grpc_token_file,
+                              tls=settings.grpc_tls)
+    announcer = StandbyAnnouncer(client, settings.report_interval_ms / 1000, started_at=started_at)
+    announcer.start()
+    return announcer
+
+
 def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, stop: threading.Event) -> int:
     """Steps 2-7; returns the exit status. ``standby``: how this worker waits
     for an index if it may take over another (``settings.takes_over``)."""
     clear_health(settings.work_dir)
+    started_at, host, pid = time.time(), socket.gethostname(), os.getpid()
     # 2. The fence: a worker takes its own index at once; a standby (or a
     #    worker whose index a live process holds, with takes_over) once its
     #    Spark session is up -- which it starts only once the workers have
@@ -106,11 +120,17 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
     if taken is None and standby is not None:
         from worker.runtime.rehearsal import rehearse
 
+        announcer = announced(settings, WorkerIdentity(settings.worker_id, settings.worker_index,
+                                                       settings.worker_count, pipeline.fingerprint(),
+                                                       layout.node_names, host=host, pid=pid), started_at)
         rehearse(spark, pipeline, settings, settings.work_dir / "rehearsal", stop)
+        announcer.ready()
         try:
             taken = standby.wait(stop, on_idle=lambda: standing_by(settings.work_dir))
         except OSError as error:
             exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
+        finally:
+            announcer.stop()
         if taken is None:
             spark.stop()
             return EXIT_CODES[RunEnd.STOPPED]
@@ -120,7 +140,7 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
     for problem in store.quarantine_unreadable() if checkpoints_on else []:
         log.error("unreadable checkpoint manifest, moved to quarantine: %s", problem)
     identity = WorkerIdentity(settings.worker_id, settings.worker_index, settings.worker_count,
-                              pipeline.fingerprint(), layout.node_names, pipeline.graph(), fence)
+                              pipeline.fingerprint(), layout.node_names, pipeline.graph(), fence, host, pid)
     client = ControllerClient(settings.controller_addr, identity,
                               checkpoints=lambda: [m.info() for m in store.readable()[0]] if checkpoints_on else [],
                               token=settings.grpc_token_file, tls=settings.grpc_tls)

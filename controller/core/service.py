@@ -19,6 +19,7 @@ from controller.core.errors import Conflict, InvalidRequest, NotFound, SessionAc
 from controller.core.graph import PipelineView, pipeline_view
 from controller.core.history import HistoryView
 from controller.core.readings import Readings, WorkerDurations
+from controller.core.standbys import Standbys
 from controller.core.status import (
     PipelineStatus,
     WorkerStatus,
@@ -40,6 +41,7 @@ from sparkpoint.messages import (
     ReportOutcome,
     ReportStatus,
     RestoreDecision,
+    StandbyReport,
     WorkerState,
 )
 
@@ -95,6 +97,7 @@ class ControllerService:
         self._table = ProgressTable()
         self._savepoints = savepoints
         self._observations = Observations()     # in memory: durations and recent history
+        self._standbys = Standbys()             # in memory: they say they wait every report interval
 
     def register(self, registration: Registration) -> RegisterResult:
         """Admit a worker (first start, restart, or after a controller restart).
@@ -111,7 +114,7 @@ class ControllerService:
            taken over, it must stop),
            and checkpoints too far past the newest known of this worker.
         3. Record it under a new session id: reports and commits of older
-           sessions become stale.
+           sessions become stale. Its process, if a standby's, stands by no more.
         4. Decide what it restores: its part of a savepoint the user chose to
            restore, else its newest durable checkpoint (the worker verifies it
            and falls back to an older intact one).
@@ -151,6 +154,7 @@ class ControllerService:
             # 3.
             record = self._table.register(registration, self._new_session_id(), self._clock())
             self._observations.worker(record.worker_id, floor=record.last_checkpoint_id)
+            self._standbys.registered(registration.host, registration.pid)
             # 4.
             restore = (self._savepoints.restore_plan(record.worker_index, record.session_id)
                        or decide_restore(registration, record))
@@ -207,6 +211,12 @@ class ControllerService:
                     [checkpoint], self._clock())
                 self._savepoints.committed(self._table.workers[worker_id], checkpoint.checkpoint_id, session_id)
         return CommitOutcome(status, completed)
+
+    def stand_by(self, report: StandbyReport) -> None:
+        """A standby says it waits. Raises ``InvalidRequest``."""
+        validation.standby(report)
+        with self._lock:
+            self._standbys.heard(report, self._clock())
 
     def release_worker(self, worker_id: str) -> WorkerRecord:
         """Forget a worker that is gone for good, so another worker id may
@@ -309,9 +319,11 @@ class ControllerService:
 
     def status(self) -> PipelineStatus:
         with self._lock:
+            now = self._clock()
             records = list(self._table.workers.values())
             savepoints = self._savepoints.summary()
-        return build_status(records, self._config.worker_count, self._clock(), savepoints)
+            standbys = self._standbys.listing(now)
+        return build_status(records, self._config.worker_count, now, savepoints, standbys)
 
     # -- the operator's views (REST: /pipeline, /history, /metrics, checkpoints) --
     def pipeline(self) -> PipelineView:
@@ -336,8 +348,10 @@ class ControllerService:
     def readings(self) -> Readings:
         """What a metrics scrape reads, taken at once."""
         with self._lock:
+            now = self._clock()
             records = list(self._table.workers.values())
-            status = build_status(records, self._config.worker_count, self._clock(), self._savepoints.summary())
+            status = build_status(records, self._config.worker_count, now, self._savepoints.summary(),
+                                  self._standbys.listing(now))
             durations = {record.worker_id: WorkerDurations(observed.checkpoint_durations.view(),
                                                            observed.recovery_durations.view())
                          for record in records

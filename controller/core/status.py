@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from controller.core.standbys import StandbyView
 from controller.progress.table import WorkerRecord
 from controller.savepoints.view import SavepointSummary
 from sparkpoint.messages import (
@@ -61,6 +62,8 @@ class SinkView:
 class WorkerStatus:
     worker_id: str
     worker_index: int
+    host: str                   # where its process runs ("": not said); in compose, the container's short id ...
+    pid: int                    # ... and its pid there (0: not said)
     state: WorkerState
     batch_id: int
     offsets: dict[str, dict[str, int]]
@@ -96,6 +99,7 @@ class PipelineStatus:
     lag_bytes: int
     workers: list[WorkerStatus]
     savepoints: SavepointSummary
+    standbys: list[StandbyView]     # waiting to take over a worker's index
 
 
 def pipeline_state(records: list[WorkerRecord], expected: int) -> str:
@@ -171,6 +175,8 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
     return WorkerStatus(
         worker_id=record.worker_id,
         worker_index=record.worker_index,
+        host=record.host,
+        pid=record.pid,
         state=record.state,
         # The worker is as far as its slowest query.
         batch_id=min((q.batch_id for q in queries), default=-1),
@@ -201,7 +207,7 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
 
 
 def build_status(records: list[WorkerRecord], expected: int, now: float,
-                 savepoints: SavepointSummary) -> PipelineStatus:
+                 savepoints: SavepointSummary, standbys: list[StandbyView]) -> PipelineStatus:
     workers = [worker_status(r, now) for r in sorted(records, key=lambda r: r.worker_index)]
     return PipelineStatus(
         state=pipeline_state(records, expected),
@@ -212,4 +218,5 @@ def build_status(records: list[WorkerRecord], expected: int, now: float,
         lag_bytes=sum(w.lag_bytes for w in workers),
         workers=workers,
         savepoints=savepoints,
+        standbys=standbys,
     )

@@ -26,9 +26,11 @@ from sparkpoint.messages import (
     Registration,
     SavepointAnswer,
     SinkProgress,
+    StandbyReport,
 )
 
 INT64_MAX = 2**63 - 1
+PID_MAX = 2**22         # Linux's pid_max ceiling
 
 
 def name(value: str, field: str) -> str:
@@ -141,6 +143,17 @@ def registration(request: Registration) -> Registration:
         _token(request.session_id, "session_id")
     _token(request.fence.volume_id, "fence.volume_id")
     _integer(request.fence.generation, "fence.generation")
+    if request.host:
+        name(request.host, "host")
+    _integer(request.pid, "pid", 0, PID_MAX)
+    return request
+
+
+def standby(request: StandbyReport) -> StandbyReport:
+    name(request.worker_id, "worker_id")
+    name(request.host, "host")
+    _integer(request.pid, "pid", 1, PID_MAX)
+    _real(request.started_at, "started_at")
     return request
 
 

@@ -104,6 +104,12 @@ class ControllerServicer(pb_grpc.ControllerServicer):
                                                   request.session_id)
         return wire.commit_outcome_to_pb(outcome)
 
+    @_as_named_worker
+    @_mapped
+    def StandBy(self, request: pb.StandbyReport, context: grpc.ServicerContext) -> pb.StandbyAck:  # noqa: N802
+        self._service.stand_by(wire.standby_report_from_pb(request))
+        return pb.StandbyAck()
+
 
 def start_grpc_server(service: ControllerService, bind: str, port: int, *, token: Secret | None,
                       tls: TlsFiles | None = None) -> tuple[grpc.Server, int]:

@@ -54,6 +54,8 @@ class WorkerRecord:
     last_recovery_started_at: float = 0.0           # the worker's clock: which recovery was counted last
     restarts: Restarts = Restarts()                 # in its living Spark session, as last reported
     fence: VolumeFence = VolumeFence()              # its checkpoint volume's, as the session's process holds it
+    host: str = ""                                  # where the session's process runs ("": not said) ...
+    pid: int = 0                                    # ... and its pid there
 
     @property
     def last_checkpoint_id(self) -> int:
@@ -115,6 +117,8 @@ class ProgressTable:
             # Registering again is how a worker restarts in its Spark session: its restarts stay shown.
             restarts=previous.restarts if previous else Restarts(),
             fence=registration.fence,
+            host=registration.host,
+            pid=registration.pid,
         )
         self.workers[registration.worker_id] = record
         return record

@@ -27,7 +27,7 @@ from controller.core.service import ControllerService
 from controller.core.status import SinkView, WorkerStatus
 from controller.progress.observations import HistogramView
 from controller.savepoints.model import SavepointState
-from sparkpoint.messages import QueryProgress, SinkState, VolumeUse, WorkerState
+from sparkpoint.messages import QueryProgress, SinkState, StandbyState, VolumeUse, WorkerState
 
 Samples = Iterable[tuple[list[str], float]]
 
@@ -64,6 +64,8 @@ PIPELINE_LAG = Family("sparkpoint_pipeline_input_lag_bytes",
                       "Input behind the source's end, every worker together (bytes of the log).")
 NODES = Family("sparkpoint_pipeline_node_finished", "Each node of the pipeline graph: 1 once every worker has "
                "finished it (its bounded input read to the end).", ("node", "kind", "stateful"))
+STANDBYS = Family("sparkpoint_standbys", "Warm standbys the controller heard from in the last 10 s, by state.",
+                  ("state",))
 SAVEPOINTS = Family("sparkpoint_savepoints", "Savepoints the controller records, by state.", ("state",))
 
 # -- per worker ---------------------------------------------------------------------------
@@ -176,6 +178,8 @@ def families(readings: Readings) -> Iterator[Metric]:
     yield PIPELINE_LAG.build([([], status.lag_bytes)])
     yield NODES.build(([n.name, n.kind, str(n.stateful).lower()], 1.0 if n.finished else 0.0)
                       for n in readings.pipeline.nodes)
+    yield STANDBYS.build(([state.value], sum(1 for s in status.standbys if s.state is state))
+                         for state in StandbyState)
     yield SAVEPOINTS.build(([state.value], sum(1 for s in readings.savepoints if s.state is state))
                            for state in SavepointState)
     yield WORKER_STATE.build(([w.worker_id, state], value) for w in workers

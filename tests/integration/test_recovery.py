@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -356,12 +357,24 @@ def worker_and_standby(make_stack, seed: int):
     return stack, log, events
 
 
+def standbys(stack) -> list[tuple[int, str]]:
+    """The standbys /status lists: their pids (all run on this host) and states."""
+    status = get_json(stack.config.status_url, stack.config.api_token)
+    assert all(s["host"] == socket.gethostname() for s in status["standbys"]), status["standbys"]
+    return [(s["pid"], s["state"]) for s in status["standbys"]]
+
+
 def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in_turn(make_stack):
     stack, log, events = worker_and_standby(make_stack, seed=31)
     logs = {name: stack.services[name].log_path for name in ("worker-0", "standby")}
     # It ran the pipeline once, warming up, on scratch space it then deleted.
     assert "standby: rehearsed 2 queries" in logs["standby"].read_text()
     assert not (stack.config.root / "work" / "standby" / "rehearsal").exists()
+    # /status shows it ready, and the process that runs index 0.
+    wait_until(lambda: standbys(stack) == [(stack.services["standby"].process.pid, "ready")], timeout_s=30,
+               what="/status to list the standby as ready", interval_s=0.2)
+    assert (worker_status(stack)["host"], worker_status(stack)["pid"]) == (
+        socket.gethostname(), stack.services["worker-0"].process.pid)
 
     for round_, (victim, heir) in enumerate((("worker-0", "standby"), ("standby", "worker-0"))):
         # 1. The victim runs index 0 with a complete checkpoint; then it dies.
@@ -379,6 +392,8 @@ def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in
                    what=f"{heir} to take over index 0 and catch up")
         took_over = logs[heir].read_bytes()[heir_log:].decode()
         assert "standby: taking over index 0 as worker-0" in took_over
+        assert worker_status(stack)["pid"] == stack.services[heir].process.pid
+        assert stack.services[heir].process.pid not in dict(standbys(stack))
 
         # 3. The victim, started again, finds index 0 held and stands by.
         since = logs[victim].stat().st_size
@@ -388,6 +403,8 @@ def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in
             stack.start_standby()
         wait_until(lambda: "every index (1) is held" in logs[victim].read_bytes()[since:].decode(),
                    timeout_s=240, what=f"{victim} started again to stand by")
+        wait_until(lambda: standbys(stack) == [(stack.services[victim].process.pid, "ready")], timeout_s=30,
+                   what=f"/status to list {victim} as the standby", interval_s=0.2)
     check_output(stack, events)
 
 

@@ -32,6 +32,7 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    StandbyState,
     WorkerState,
 )
 from sparkpoint.secrets import Secret
@@ -153,6 +154,7 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
     # Before any worker: the page says so.
     wait.until(lambda b: text(b, "#workers tbody") == "No worker has registered yet.")
     assert text(browser, "#pipeline-state") == "starting" and text(browser, "#fact-workers") == "0 / 2"
+    assert text(browser, "#fact-standbys") == "0"
     marker = browser.execute_script("return window.__loaded = 'the same page';")
     workers = [FeedingWorker(grpc_address, index, grpc_token) for index in (0, 1)]
     for worker in workers:
@@ -164,6 +166,12 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
         assert browser.title == "Sparkpoint"
         assert text(browser, "#pipeline-state") == "running"
         assert text(browser, "#fact-workers") == "2 / 2"
+        # A standby says it waits: the header counts it.
+        standby = ControllerClient(grpc_address, WorkerIdentity("worker-0", 0, 2, "3f9c2a71e0b4d5c6", (),
+                                                                host="c0ffee", pid=7), timeout_s=5, token=grpc_token)
+        standby.stand_by(StandbyState.READY, time.time())
+        standby.close()
+        wait.until(lambda b: text(b, "#fact-standbys") == "1 · 1 ready")
         nodes = {n.get_attribute("data-node"): n.get_attribute("class")
                  for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
         assert list(nodes) == [n.name for n in NODES]

@@ -17,10 +17,13 @@ from sparkpoint.messages import (
     QueryCut,
     QueryProgress,
     Recovery,
+    Registration,
     Restarts,
     SinkContract,
     SinkProgress,
     SinkState,
+    StandbyReport,
+    StandbyState,
     WorkerState,
 )
 from sparkpoint_cli import main
@@ -59,20 +62,31 @@ def busy(pipeline, clock) -> None:
 
 # --- status ---------------------------------------------------------------------------------------
 
-def test_status_shows_the_pipeline_its_workers_and_sinks(url, pipeline, clock, capsys):
+def test_status_shows_the_pipeline_its_workers_standbys_and_sinks(url, pipeline, clock, capsys):
     busy(pipeline, clock)
+    pipeline.sessions[1] = pipeline.service.register(Registration(      # w1 runs on host beef now
+        "w1", 1, 2, "fp-1", ("src", "out"), session_id=pipeline.sessions[1], host="beef", pid=7)).session_id
+    report(pipeline, 1, WorkerState.RECOVERING, queries=(QueryProgress("out", 7, {"1": 100}),),
+           restored_checkpoint_id=9, recovery=Recovery(True, 4096, 1024, started_at=clock.now - 5))
+    pipeline.service.stand_by(StandbyReport("w0", "c0ffee", 7, StandbyState.READY, clock.now - 60))
+    pipeline.service.stand_by(StandbyReport("w0", "f00d", 12, StandbyState.STARTING, clock.now - 5))
     clock.now += 3
     assert run(url, "status") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == ("Pipeline recovering: 2 of 2 workers, 48.5 rows/s, input lag 2.0 KiB, 0 savepoints")
-    assert cells(lines[2]) == ["WORKER", "STATE", "BATCH", "ROWS/S", "LAG", "CHECKPOINT", "RECOVERY", "REPORTED"]
-    assert cells(lines[3]) == ["w0", "running", "41", "48.5", "2.0 KiB", "4 (17 min ago)", "-", "3.0 s ago"]
-    assert cells(lines[4]) == ["w1", "recovering", "7", "0.0", "0 B", "9 (17 min ago)", "25.0% of 4.0 KiB",
+    assert lines[0] == ("Pipeline recovering: 2 of 2 workers, 2 standbys (1 ready), 48.5 rows/s, input lag 2.0 KiB, "
+                        "0 savepoints")
+    assert cells(lines[2]) == ["WORKER", "PROCESS", "STATE", "BATCH", "ROWS/S", "LAG", "CHECKPOINT", "RECOVERY",
+                               "REPORTED"]
+    assert cells(lines[3]) == ["w0", "-", "running", "41", "48.5", "2.0 KiB", "4 (17 min ago)", "-", "3.0 s ago"]
+    assert cells(lines[4]) == ["w1", "pid 7 on beef", "recovering", "7", "0.0", "0 B", "9 (17 min ago)", "25.0% of 4.0 KiB",
                                "3.0 s ago"]
-    assert cells(lines[6]) == ["WORKER", "SINK", "STATE", "PUBLISHED", "PENDING", "LAG", "RETRIES", "TARGET"]
-    assert cells(lines[7]) == ["w0", "out", "waiting", "batch 38", "3", "3", "7",
-                               "files out (transactional): OSError: disk full, retry in 0 ms"]
-    assert len(lines) == 8                      # no error lines: none failed
+    assert cells(lines[6]) == ["STANDBY", "STATE", "REPORTED"]
+    assert cells(lines[7]) == ["pid 7 on c0ffee", "ready", "3.0 s ago"]
+    assert cells(lines[8]) == ["pid 12 on f00d", "starting", "3.0 s ago"]
+    assert cells(lines[10]) == ["WORKER", "SINK", "STATE", "PUBLISHED", "PENDING", "LAG", "RETRIES", "TARGET"]
+    assert cells(lines[11]) == ["w0", "out", "waiting", "batch 38", "3", "3", "7",
+                                "files out (transactional): OSError: disk full, retry in 0 ms"]
+    assert len(lines) == 12                     # no error lines: none failed
 
 
 def test_status_names_failed_queries_and_checkpoints(url, pipeline, clock, capsys):
@@ -89,7 +103,7 @@ def test_status_names_the_last_failure_a_worker_restarted_after(url, pipeline, c
            restarts=Restarts(2, 2, "ZeroDivisionError: division by zero", clock.now - 1))
     assert run(url, "status") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert cells(lines[3])[:2] == ["w0", "restarting"]
+    assert cells(lines[3])[:3] == ["w0", "-", "restarting"]
     assert lines[-1] == ("error: w0: restarted 2 times after a query failed (last failure 2 in a row): "
                          "ZeroDivisionError: division by zero")
 
@@ -127,8 +141,8 @@ def test_status_watch_follows_a_change_until_ctrl_c(url, pipeline, clock, capsys
     else:
         first, second = out.split("\n\nPipeline ")
         assert first.startswith("Pipeline starting") and second.startswith("failed")
-        assert cells(first.splitlines()[3])[:2] == ["w0", "running"]
-        assert cells(second.splitlines()[3])[:2] == ["w0", "failed"]
+        assert cells(first.splitlines()[3])[:3] == ["w0", "-", "running"]
+        assert cells(second.splitlines()[3])[:3] == ["w0", "-", "failed"]
 
 
 # --- checkpoints ----------------------------------------------------------------------------------

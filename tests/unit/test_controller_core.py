@@ -10,6 +10,7 @@ import pytest
 
 from controller.core.errors import Conflict, InvalidRequest, SessionActive, Superseded
 from controller.core.service import TAKEOVER_SILENCE_S
+from controller.core.standbys import MAX_STANDBYS, STANDBY_SILENCE_S
 from sparkpoint.messages import (
     ProgressReport,
     QueryProgress,
@@ -17,6 +18,8 @@ from sparkpoint.messages import (
     ReportStatus,
     Restarts,
     RestoreDecision,
+    StandbyReport,
+    StandbyState,
     VolumeFence,
     WorkerState,
 )
@@ -200,6 +203,61 @@ def test_heartbeat_age_follows_the_clock(service, clock):
     clock.now = 111.0
     service.report_progress(report(session, 1))            # duplicate: no heartbeat
     assert service.status().workers[0].heartbeat_age_s == pytest.approx(8.0)
+
+
+# --- standbys -------------------------------------------------------------------------
+
+def test_a_standby_is_listed_while_it_says_it_waits_and_no_longer_once_its_host_runs_a_worker(service, clock):
+    clock.now = 100.0
+    service.stand_by(StandbyReport("worker-0", "c0ffee", 7, StandbyState.STARTING, started_at=90.0))
+    service.stand_by(StandbyReport("worker-0", "beef", 7, StandbyState.READY, started_at=80.0))
+    service.stand_by(StandbyReport("worker-0", "beef", 8, StandbyState.READY, started_at=85.0))
+    clock.now = 101.5
+    service.stand_by(StandbyReport("worker-0", "c0ffee", 7, StandbyState.READY, started_at=90.0))
+    clock.now = 102.0
+    assert [(s.host, s.pid, s.state, s.started_at, s.heartbeat_age_s) for s in service.status().standbys] == [
+        ("beef", 7, StandbyState.READY, 80.0, 2.0), ("beef", 8, StandbyState.READY, 85.0, 2.0),
+        ("c0ffee", 7, StandbyState.READY, 90.0, 0.5)]
+    # beef's pid 7 takes an index over: it registers as that worker.
+    service.register(dataclasses.replace(registration("w1", 1), host="beef", pid=7))
+    status = service.status()
+    assert [(s.host, s.pid) for s in status.standbys] == [("beef", 8), ("c0ffee", 7)]
+    assert [(w.worker_id, w.host, w.pid) for w in status.workers] == [("w1", "beef", 7)]
+
+
+def test_a_silent_standby_leaves_the_list(service, clock):
+    clock.now = 100.0
+    service.stand_by(StandbyReport("worker-0", "c0ffee", 7, StandbyState.READY))
+    clock.now = 100.0 + STANDBY_SILENCE_S
+    assert [s.host for s in service.status().standbys] == ["c0ffee"]
+    clock.now += 0.1
+    assert service.status().standbys == []
+
+
+@pytest.mark.parametrize("field, bad", [("host", ""), ("host", "a/b"), ("worker_id", "x" * 65), ("pid", 0),
+                                        ("pid", 2**31 - 1), ("started_at", float("nan")), ("started_at", -1.0)])
+def test_a_standby_report_with_a_bad_field_is_refused_naming_it(service, field, bad):
+    report = dataclasses.replace(StandbyReport("worker-0", "c0ffee", 7, StandbyState.READY), **{field: bad})
+    with pytest.raises(InvalidRequest, match=f"^{field}: "):
+        service.stand_by(report)
+    assert service.status().standbys == []
+
+
+def test_the_standbys_listed_are_bounded(service, clock):
+    for n in range(MAX_STANDBYS):
+        service.stand_by(StandbyReport("worker-0", f"host-{n}", 7, StandbyState.READY))
+    with pytest.raises(InvalidRequest, match=f"{MAX_STANDBYS} standbys are listed already"):
+        service.stand_by(StandbyReport("worker-0", "one-more", 7, StandbyState.READY))
+    service.stand_by(StandbyReport("worker-0", "host-0", 7, StandbyState.READY))      # a listed one goes on
+    clock.now += STANDBY_SILENCE_S + 1
+    service.stand_by(StandbyReport("worker-0", "one-more", 7, StandbyState.READY))     # the silent ones left
+    assert [s.host for s in service.status().standbys] == ["one-more"]
+
+
+@pytest.mark.parametrize("field, bad", [("host", "no such host"), ("pid", -1), ("pid", 2**22 + 1)])
+def test_a_registration_naming_its_process_badly_is_refused(service, field, bad):
+    with pytest.raises(InvalidRequest, match=f"^{field}: "):
+        service.register(dataclasses.replace(registration(), **{field: bad}))
 
 
 def test_worker_rows_are_the_slowest_query_and_pipeline_sums_workers(service):

@@ -147,6 +147,7 @@ REQUESTS = {
     "Register": messages(pb.RegisterRequest.DESCRIPTOR),
     "ReportProgress": from_a_registered_worker(pb.ProgressReport.DESCRIPTOR),
     "CommitCheckpoint": from_a_registered_worker(pb.CheckpointCommit.DESCRIPTOR),
+    "StandBy": messages(pb.StandbyReport.DESCRIPTOR),
 }
 
 
@@ -179,7 +180,7 @@ ACCEPTED = {
         checkpoints=[_checkpoint(5)],
         nodes=[pb.PipelineNode(name="src", kind="source.log"),
                pb.PipelineNode(name="out", kind="sink.files", stateful=True, inputs=["src"])],
-        session_id="s1"),
+        session_id="s1", host="c0ffee", pid=7),
     "ReportProgress": pb.ProgressReport(
         worker_id="w0", session_id="s1", seq=1, state=pb.WORKER_STATE_RUNNING,
         queries=[pb.QueryProgress(name="out", batch_id=4, offsets={"0": 120}, rows_processed=10,
@@ -197,6 +198,8 @@ ACCEPTED = {
         checkpoints=pb.CheckpointList(checkpoints=[_checkpoint(5), _checkpoint(6)]),
         checkpoint_volume=pb.VolumeUse(used_bytes=1 << 30, free_bytes=1 << 20)),
     "CommitCheckpoint": pb.CheckpointCommit(worker_id="w0", session_id="s1", checkpoint=_checkpoint(6)),
+    "StandBy": pb.StandbyReport(worker_id="w0", host="c0ffee", pid=7, state=pb.STANDBY_STATE_READY,
+                                started_at=990.0),
 }
 
 

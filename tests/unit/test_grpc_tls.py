@@ -96,6 +96,18 @@ def test_one_workers_certificate_cannot_act_for_another(tls_address, certificate
     assert service.snapshot() == before
 
 
+def test_a_standby_stands_by_as_its_certificate_names_it_and_as_no_other(tls_address, certificates, service):
+    with open_channel(tls_address, files(certificates, "w0")) as channel:
+        stub = pb_grpc.ControllerStub(with_token(channel, GRPC_TOKEN))
+        stub.StandBy(pb.StandbyReport(worker_id="w0", host="c0ffee", pid=7, state=pb.STANDBY_STATE_READY),
+                     timeout=5)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.StandBy(pb.StandbyReport(worker_id="w1", host="beef", pid=7, state=pb.STANDBY_STATE_READY),
+                         timeout=5)
+    assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert [s.host for s in service.status().standbys] == ["c0ffee"]
+
+
 def test_the_worker_client_checks_the_controllers_certificate(tls_address, certificates):
     # The right CA: registered. A CA that did not sign the controller's: no connection, retried.
     client = ControllerClient(tls_address, WorkerIdentity("w0", 0, 2, "fp", ()), timeout_s=5, token=GRPC_TOKEN,

@@ -19,6 +19,8 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    StandbyReport,
+    StandbyState,
     VolumeUse,
     WorkerState,
 )
@@ -36,6 +38,7 @@ FAMILIES = {
     "sparkpoint_pipeline_rows_per_second": "gauge",
     "sparkpoint_pipeline_input_lag_bytes": "gauge",
     "sparkpoint_pipeline_node_finished": "gauge",
+    "sparkpoint_standbys": "gauge",
     "sparkpoint_savepoints": "gauge",
     "sparkpoint_worker_state": "gauge",
     "sparkpoint_worker_last_report_age_seconds": "gauge",
@@ -102,6 +105,7 @@ def run_a_while(service, clock) -> None:
     w0 = service.register(Registration("w0", 0, 2, "fp-1", tuple(n.name for n in NODES),
                                        (CheckpointInfo(3, duration_ms=900.0),), NODES))
     service.register(Registration("w1", 1, 2, "fp-1", tuple(n.name for n in NODES), (), NODES))
+    service.stand_by(StandbyReport("w0", "c0ffee", 7, StandbyState.READY))
     query = QueryProgress("vwap_out", batch_id=41, offsets={"0": 1000, "2": 400}, rows_processed=250,
                           rows_per_second=48.5, latest_offsets={"0": 1600, "2": 500})
     sink = SinkProgress("vwap_out", "files vwap (transactional)", SinkContract.TRANSACTIONAL, SinkState.WAITING,
@@ -143,6 +147,7 @@ def test_values_are_the_controllers_state_at_scrape_time(service, clock, rest):
     assert value(m, "sparkpoint_pipeline_rows_per_second") == 48.5
     assert value(m, "sparkpoint_pipeline_input_lag_bytes") == 600 + 100
     assert value(m, "sparkpoint_pipeline_node_finished", node="vwap", kind="aggregate", stateful="true") == 0.0
+    assert [value(m, "sparkpoint_standbys", state=s) for s in ("starting", "ready")] == [0, 1]
     # per worker
     assert value(m, "sparkpoint_worker_state", worker="w0", state="running") == 1.0
     assert value(m, "sparkpoint_worker_state", worker="w1", state="starting") == 1.0

@@ -26,6 +26,8 @@ from sparkpoint.messages import (
     SinkContract,
     SinkProgress,
     SinkState,
+    StandbyReport,
+    StandbyState,
     VolumeFence,
     WorkerState,
 )
@@ -44,7 +46,7 @@ def reparsed(message, to_pb, from_pb):
 def test_registration_and_its_result_round_trip():
     registration = Registration("worker-1", 1, 2, "fp", ("trades", "agg", "out"), (CHECKPOINT,), (
         PipelineNode("trades", "source.log"), PipelineNode("agg", "aggregate", True, ("trades",)),
-        PipelineNode("out", "sink.files", inputs=("agg",))), "s0", VolumeFence("f" * 32, 3))
+        PipelineNode("out", "sink.files", inputs=("agg",))), "s0", VolumeFence("f" * 32, 3), "c0ffee", 7)
     assert reparsed(registration, wire.registration_to_pb, wire.registration_from_pb) == registration
     for restore in (RestoreDecision(), RestoreDecision(4, "sp-000002", "exports/a/worker-1", True)):
         result = RegisterResult("s1", 1, 2, restore, last_checkpoint_id=9)
@@ -82,6 +84,12 @@ def test_lag_is_what_the_source_holds_past_the_offsets():
     assert QueryProgress("out", 5, {"0": 480}).lag_bytes == 0     # a source that reports no end
 
 
+def test_a_standby_report_round_trips_in_every_state():
+    for state in StandbyState:
+        report = StandbyReport("worker-0", "c0ffee", 7, state, 1700000000.5)
+        assert reparsed(report, wire.standby_report_to_pb, wire.standby_report_from_pb) == report
+
+
 def test_every_state_and_contract_has_a_wire_value():
     for state in WorkerState:
         assert wire.report_from_pb(wire.report_to_pb(ProgressReport(state=state))).state is state
@@ -112,5 +120,7 @@ def test_values_a_newer_peer_may_send_map_to_safe_defaults():
     # A command this worker does not know is skipped, the rest kept.
     ack = pb.ProgressAck(status=pb.REPORT_STATUS_ACCEPTED, commands=[pb.Command(), pb.Command(restart=True)])
     assert wire.report_outcome_from_pb(ack).commands == (Restart(),)
+    # A standby in a state this side does not know is up, not ready.
+    assert wire.standby_report_from_pb(pb.StandbyReport(host="c0ffee", state=99)).state is StandbyState.STARTING
     # An unknown status is never "accepted".
     assert wire.report_outcome_from_pb(pb.ProgressAck(status=99)).status is ReportStatus.STALE

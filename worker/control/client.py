@@ -1,4 +1,4 @@
-"""gRPC client for the controller: registration, progress reports, checkpoint commits.
+"""gRPC client for the controller: registration, progress reports, checkpoint commits, standing by.
 
 Every call carries the gRPC shared secret (``SP_GRPC_TOKEN_FILE``) as
 ``authorization: Bearer <token>`` metadata when one is configured. A
@@ -27,6 +27,8 @@ from sparkpoint.messages import (
     Registration,
     ReportOutcome,
     ReportStatus,
+    StandbyReport,
+    StandbyState,
     VolumeFence,
 )
 from sparkpoint.secrets import Secret, TlsFiles
@@ -59,6 +61,8 @@ class WorkerIdentity:
     node_names: tuple[str, ...]
     nodes: tuple[PipelineNode, ...] = ()     # the graph, for the controller's status page
     fence: VolumeFence = VolumeFence()       # its checkpoint volume's, as this process holds it
+    host: str = ""                           # where this process runs: its host name ...
+    pid: int = 0                             # ... and pid
 
 
 class ControllerClient:
@@ -80,7 +84,8 @@ class ControllerClient:
         identity = self._identity
         registration = Registration(identity.worker_id, identity.worker_index, identity.worker_count,
                                     identity.pipeline_fingerprint, identity.node_names,
-                                    tuple(self._checkpoints()), identity.nodes, self.session_id, identity.fence)
+                                    tuple(self._checkpoints()), identity.nodes, self.session_id, identity.fence,
+                                    identity.host, identity.pid)
         try:
             response = self._stub.Register(wire.registration_to_pb(registration), timeout=self._timeout_s)
         except grpc.RpcError as error:
@@ -136,6 +141,12 @@ class ControllerClient:
             # worker: the reporter re-registers; this commit is retried.
             raise NotRegistered("the controller holds a newer registration of this worker")
         return outcome.completed_checkpoint_id
+
+    def stand_by(self, state: StandbyState, started_at: float) -> None:
+        """Say this process (its identity's host and pid) stands by,
+        ``state``. Raises ``grpc.RpcError``."""
+        report = StandbyReport(self._identity.worker_id, self._identity.host, self._identity.pid, state, started_at)
+        self._stub.StandBy(wire.standby_report_to_pb(report), timeout=self._timeout_s)
 
     def close(self) -> None:
         self._channel.close()

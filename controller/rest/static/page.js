@@ -93,6 +93,9 @@ function renderHeader(status, savepoints) {
   state.textContent = status.state;
   state.dataset.state = status.state;
   document.getElementById("fact-workers").textContent = `${status.workers_registered} / ${status.workers_expected}`;
+  const ready = status.standbys.filter((s) => s.state === "ready").length;
+  document.getElementById("fact-standbys").textContent =
+    status.standbys.length ? `${status.standbys.length} · ${ready} ready` : "0";
   document.getElementById("fact-rate").textContent = number(status.rows_per_second, 1);
   document.getElementById("fact-lag").textContent = bytes(status.lag_bytes);
   const newest = savepoints.length ? savepoints[savepoints.length - 1] : null;

@@ -145,7 +145,7 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
                               checkpoints=lambda: [m.info() for m in store.readable()[0]] if checkpoints_on else [],
                               token=settings.grpc_token_file, tls=settings.grpc_tls)
     session = Session(settings, pipeline, layout, store, spark, client,
-                      RestartPolicy(settings.max_same_failures, clock=time.time))
+                      RestartPolicy(settings.max_same_failures, clock=time.time), fence)
     try:
         # 3-8.
         while (outcome := serve(session, stop)).end is RunEnd.RESTART:

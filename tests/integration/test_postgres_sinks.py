@@ -15,14 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkpoint.messages import SinkContract, SinkState
+from sparkpoint.messages import SinkContract, SinkState, VolumeFence
 from tests.pgserver import CommitCutProxy, Cut, PostgresServer
 from tests.unit.fakes import FakeClock
 from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.publishing.book import Contract, Mark, SinkBook
 from worker.publishing.publisher import Publication, Publisher
 from worker.publishing.staging import StagedBatch, StagingArea
-from worker.publishing.targets import Outcome
+from worker.publishing.targets import Fenced, Outcome
 from worker.publishing.targets.postgres import PROGRESS_TABLE, PostgresTransactionalTarget, PostgresUpsertTarget
 
 pytestmark = pytest.mark.integration
@@ -98,6 +98,41 @@ def test_a_stale_mark_writes_nothing(postgres, tmp_path, name):
     assert second.publish([staged(tmp_path, 0, events(range(3)))], Mark(1, 0)) is Outcome.MARK_MOVED
     assert query(postgres, f"SELECT count(*) FROM {name}") == [(3,)]
     assert second.resume() == Mark(1, 0)
+
+
+def test_a_holder_superseded_by_a_later_fence_writes_nothing_under_the_records_lock(postgres, tmp_path, name):
+    paused = PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id=WORKER, complete=False,
+                                         fence=VolumeFence("v1", 3))
+    assert paused.resume() is None
+    assert paused.publish([staged(tmp_path, 0, events(range(3)))], Mark(1, 0)) is Outcome.PUBLISHED
+    # While it was paused, another process took the index over (generation 4) and resumed.
+    heir = PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id=WORKER, complete=False,
+                                       fence=VolumeFence("v1", 4))
+    assert heir.resume() == Mark(1, 0)
+    record = "SELECT batch_id, fence_volume, fence_generation FROM sparkpoint_sink_progress WHERE sink = %s"
+    assert query(postgres, record, name) == [(0, "v1", 4)]
+    # The paused process's publish was planned from the same mark: refused, nothing written.
+    with pytest.raises(Fenced, match=r"fence generation 4; this process holds 3"):
+        paused.publish([staged(tmp_path, 1, events(range(3, 6)))], Mark(2, 1))
+    with pytest.raises(Fenced):
+        paused.resume()
+    assert query(postgres, f"SELECT count(*) FROM {name}") == [(3,)]
+    assert query(postgres, record, name) == [(0, "v1", 4)]
+    assert heir.publish([staged(tmp_path, 1, events(range(3, 6)))], Mark(2, 1)) is Outcome.PUBLISHED
+    assert query(postgres, f"SELECT count(*), count(DISTINCT id) FROM {name}") == [(6, 6)]
+
+
+def test_a_progress_table_from_before_fences_gets_their_columns(postgres, tmp_path, name):
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {PROGRESS_TABLE}")
+        conn.execute(f"CREATE TABLE {PROGRESS_TABLE} (sink text NOT NULL, worker text NOT NULL, checkpoint_id "
+                     "bigint NOT NULL, batch_id bigint NOT NULL, published_at timestamptz, PRIMARY KEY (sink, worker))")
+        conn.execute(f"INSERT INTO {PROGRESS_TABLE} VALUES (%s, %s, 2, 5, now())", (name, WORKER))
+    target = PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id=WORKER, complete=False,
+                                         fence=VolumeFence("v1", 1))
+    assert target.resume() == Mark(2, 5)
+    assert query(postgres, f"SELECT fence_volume, fence_generation FROM {PROGRESS_TABLE} WHERE sink = %s",
+                 name) == [("v1", 1)]
 
 
 def test_a_rewound_mark_keeps_the_rows_and_publishes_past_it_again(postgres, tmp_path, name):

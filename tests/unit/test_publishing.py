@@ -12,15 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkpoint.errors import describe_error
-from sparkpoint.messages import SinkContract, SinkState
+from sparkpoint.messages import SinkContract, SinkState, VolumeFence
 from tests.unit.fakes import FakeClock
 from worker.checkpointing.lock import Superseded
 from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.publishing.book import Contract, Mark, SinkBook
 from worker.publishing.publisher import Publication, Publisher
 from worker.publishing.staging import StagingArea
-from worker.publishing.targets import Outcome, files
-from worker.publishing.targets.files import FilesTarget, read_mark, read_published
+from worker.publishing.targets import Fenced, Outcome, files
+from worker.publishing.targets.files import FilesTarget, read_fenced_mark, read_mark, read_published
 from worker.sinks.staging import BatchStager
 
 WORKER = "worker-0"
@@ -185,6 +185,43 @@ def test_a_crash_between_placing_files_and_the_mark_publishes_nothing(tmp_path, 
     # Published again from staging: exactly once.
     target.publish([staging.batch(1)], Mark(2, 1))
     assert ids_in(out) == [1, 2, 3]
+
+
+def test_a_holder_superseded_by_a_later_fence_places_no_file_and_says_why(tmp_path):
+    staging = fresh_staging(tmp_path)
+    stage(staging, 0, [1])
+    stage(staging, 1, [2])
+    out = tmp_path / "out"
+    paused = FilesTarget(out, WORKER, complete=False, fence=VolumeFence("v1", 3))
+    assert paused.resume() is None
+    paused.publish([staging.batch(0)], Mark(1, 0))
+    # While it was paused, another process took the index over (generation 4)
+    # and resumed: the mark is claimed for its fence, unchanged.
+    heir = FilesTarget(out, WORKER, complete=False, fence=VolumeFence("v1", 4))
+    assert heir.resume() == Mark(1, 0)
+    assert read_fenced_mark(out, WORKER) == (Mark(1, 0), VolumeFence("v1", 4))
+    with pytest.raises(Fenced, match=r"claimed by a later holder of this worker's index \(fence generation 4; "
+                                     r"this process holds 3\): it publishes nothing more"):
+        paused.publish([staging.batch(1)], Mark(2, 1))
+    with pytest.raises(Fenced):
+        paused.resume()
+    assert sorted(p.name for p in out.iterdir()) == ["_published", f"{WORKER}-b0000000000-0000.parquet"]
+    assert read_fenced_mark(out, WORKER) == (Mark(1, 0), VolumeFence("v1", 4))
+    # The heir publishes; a fence of another volume (a new volume, a
+    # savepoint restored elsewhere) or none is not refused.
+    assert heir.publish([staging.batch(1)], Mark(2, 1)) is Outcome.PUBLISHED
+    assert ids_in(out) == [1, 2]
+    assert FilesTarget(out, WORKER, complete=False, fence=VolumeFence("v2", 1)).resume() == Mark(2, 1)
+    assert FilesTarget(out, WORKER, complete=False).resume() == Mark(2, 1)
+
+
+def test_a_mark_from_before_fences_reads_and_is_claimed(tmp_path):
+    out = tmp_path / "out"
+    (out / "_published").mkdir(parents=True)
+    (out / "_published" / f"{WORKER}.json").write_text('{"checkpoint_id": 3, "batch_id": 7}')
+    assert read_fenced_mark(out, WORKER) == (Mark(3, 7), VolumeFence())
+    assert FilesTarget(out, WORKER, complete=False, fence=VolumeFence("v1", 2)).resume() == Mark(3, 7)
+    assert read_fenced_mark(out, WORKER) == (Mark(3, 7), VolumeFence("v1", 2))
 
 
 def test_publishing_a_batch_again_replaces_its_files(tmp_path):
@@ -455,7 +492,7 @@ def test_each_sink_gets_its_contract_target_and_staging(tmp_path, freq, files_co
     settings = WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_CHECKPOINT_FREQ": freq,
                                         "SP_CHECKPOINT_DIR": str(tmp_path), "SP_OUTPUT_DIR": str(tmp_path / "out")})
     built = {p.name: p for p in publications(load_pipeline(REPO / "pipelines" / "trades_postgres.py"),
-                                             settings, "run-9")}
+                                             settings, "run-9", VolumeFence("v1", 2))}
     assert set(built) == {"enriched_pg", "enriched_out", "vwap_pg"}
     assert isinstance(built["enriched_pg"].target, PostgresTransactionalTarget)
     assert (built["enriched_pg"].contract, built["enriched_pg"].book.contract) == \
@@ -466,6 +503,7 @@ def test_each_sink_gets_its_contract_target_and_staging(tmp_path, freq, files_co
     assert isinstance(built["enriched_out"].target, FilesTarget)
     assert (built["enriched_out"].contract, built["enriched_out"].book.contract) == (files_contract, files_schedule)
     assert built["enriched_out"].target.directory == tmp_path / "out" / "trades_enriched"
+    assert built["enriched_out"].target._fence == built["enriched_pg"].target._fence == VolumeFence("v1", 2)
     assert built["enriched_out"].staging.run_dir == tmp_path / "staging" / "enriched_out" / "run-9"
 
 

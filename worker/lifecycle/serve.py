@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from sparkpoint.backoff import Backoff
 from sparkpoint.eventlog import EventLog
 from sparkpoint.faults import FaultInjector
+from sparkpoint.messages import VolumeFence
 from sparkpoint.settings import exit_with_error
 from worker.api.graph import Pipeline
 from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier
@@ -94,8 +95,9 @@ class RunOutcome:
 @dataclass(frozen=True)
 class Session:
     """What outlives a run: the worker's settings, pipeline and its layout,
-    the fenced checkpoint store, the Spark session, the controller client
-    and the restart policy (what failed before counts)."""
+    the fenced checkpoint store and the fence this process holds of it, the
+    Spark session, the controller client and the restart policy (what
+    failed before counts)."""
 
     settings: WorkerSettings
     pipeline: Pipeline
@@ -104,6 +106,7 @@ class Session:
     spark: SparkSession
     client: ControllerClient
     restarts: RestartPolicy
+    fence: VolumeFence = VolumeFence()
 
 
 def wait_for_logs(pipeline: Pipeline, settings: WorkerSettings, stop: threading.Event) -> bool:
@@ -228,7 +231,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         return RunOutcome(RunEnd.STOPPED)
     run_dir = fresh_run_dir(settings)
     query_root = run_dir / "queries"
-    publisher = Publisher(publications(pipeline, settings, run_dir.name), guard=session.store.guard)
+    publisher = Publisher(publications(pipeline, settings, run_dir.name, session.fence), guard=session.store.guard)
     live = LiveRun(expected_queries=len(pipeline.branches), pipeline=pipeline, restarts=session.restarts.view)
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from sparkpoint.faults import FaultInjector
-from sparkpoint.messages import SinkContract
+from sparkpoint.messages import SinkContract, VolumeFence
 from sparkpoint.settings import SettingsError
 from worker.api.graph import Pipeline, Stream
 from worker.publishing.book import Contract, SinkBook
@@ -53,13 +53,14 @@ def check_sinks(pipeline: Pipeline, settings: WorkerSettings) -> None:
                                                       "checkpoints, or give to_postgres a key and version (upsert)")
 
 
-def publication(branch: Stream, settings: WorkerSettings, run: str) -> Publication:
+def publication(branch: Stream, settings: WorkerSettings, run: str, fence: VolumeFence) -> Publication:
+    """``fence``: this process's of the checkpoint volume, which the marks carry."""
     sink = branch.sink
     checkpoints_on = settings.checkpoint_freq_ms > 0
     target: Target
     if sink.kind == "sink.files":
         target = FilesTarget(settings.output_dir / sink.params["directory"], settings.worker_id,
-                             complete=branch.complete,
+                             complete=branch.complete, fence=fence,
                              faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
         contract = SinkContract.TRANSACTIONAL
         if not checkpoints_on:
@@ -73,7 +74,7 @@ def publication(branch: Stream, settings: WorkerSettings, run: str) -> Publicati
         contract = SinkContract.UPSERT
     else:
         target = PostgresTransactionalTarget(settings.postgres, sink.params["table"], sink=sink.name,
-                                             worker_id=settings.worker_id, complete=branch.complete,
+                                             worker_id=settings.worker_id, complete=branch.complete, fence=fence,
                                              faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
         contract = SinkContract.TRANSACTIONAL
     # Transactional sinks publish on checkpoint completion; the others as batches come.
@@ -82,5 +83,5 @@ def publication(branch: Stream, settings: WorkerSettings, run: str) -> Publicati
                        target=target, staging=StagingArea(staging_root(settings, sink.name), run))
 
 
-def publications(pipeline: Pipeline, settings: WorkerSettings, run: str) -> list[Publication]:
-    return [publication(branch, settings, run) for branch in staged_branches(pipeline)]
+def publications(pipeline: Pipeline, settings: WorkerSettings, run: str, fence: VolumeFence) -> list[Publication]:
+    return [publication(branch, settings, run, fence) for branch in staged_branches(pipeline)]

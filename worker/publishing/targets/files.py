@@ -2,12 +2,17 @@
 from staging by the worker's publisher, with a mark per worker::
 
     <worker>-b<batch>-<task>.parquet    a published batch's rows, one file per task
-    _published/<worker>.json           the mark: {"checkpoint_id": k, "batch_id": b}
+    _published/<worker>.json           the mark: {"checkpoint_id": k, "batch_id": b,
+                                       "fence": [volume id, generation]}
 
 The mark is the commit point: a reader sees each worker's files up to its
 mark's batch only (complete mode: the newest such batch, the worker's current
 table), so files placed by a publish that a crash interrupted before its mark
-are invisible, and removed when the worker resumes.
+are invisible, and removed when the worker resumes. The mark carries the
+fence of the worker's checkpoint volume (the index's epoch) as the process
+that last resumed or published held it: a process holding an earlier
+generation -- paused while another took its index over -- is refused
+(``Fenced``) before it places a file.
 
 Contract: transactional, published when a checkpoint completes (with
 ``SP_CHECKPOINT_FREQ=0``: published per batch, at-least-once across restarts).
@@ -25,9 +30,10 @@ from pathlib import Path
 
 from sparkpoint.faults import NO_FAULTS, FaultInjector
 from sparkpoint.fileio import atomic_write, fsync_dir
+from sparkpoint.messages import VolumeFence
 from worker.publishing.book import Mark
 from worker.publishing.staging import StagedBatch
-from worker.publishing.targets import Outcome
+from worker.publishing.targets import Outcome, check_fence
 
 MARKS = "_published"
 _BATCH_FILE = re.compile(r"^(?P<worker>.+)-b(?P<batch>\d{10})-\d{4}\.parquet$")
@@ -38,11 +44,18 @@ def batch_file_name(worker_id: str, batch_id: int, task: int) -> str:
 
 
 def read_mark(directory: Path, worker_id: str) -> Mark | None:
+    return read_fenced_mark(directory, worker_id)[0]
+
+
+def read_fenced_mark(directory: Path, worker_id: str) -> tuple[Mark | None, VolumeFence]:
+    """The worker's mark and the fence it carries (none: a mark from before
+    fences, or no mark)."""
     try:
         data = json.loads((Path(directory) / MARKS / f"{worker_id}.json").read_text())
     except FileNotFoundError:
-        return None
-    return Mark(int(data["checkpoint_id"]), int(data["batch_id"]))
+        return None, VolumeFence()
+    volume_id, generation = data.get("fence", ("", 0))
+    return Mark(int(data["checkpoint_id"]), int(data["batch_id"])), VolumeFence(str(volume_id), int(generation))
 
 
 def batch_files(directory: Path) -> dict[str, dict[int, list[Path]]]:
@@ -88,18 +101,30 @@ def read_published(directory: Path, *, latest_batch_only: bool = False):
 
 
 class FilesTarget:
-    def __init__(self, directory: Path, worker_id: str, *, complete: bool, faults: FaultInjector = NO_FAULTS) -> None:
+    def __init__(self, directory: Path, worker_id: str, *, complete: bool, fence: VolumeFence = VolumeFence(),
+                 faults: FaultInjector = NO_FAULTS) -> None:
+        """``fence``: this process's of the worker's checkpoint volume."""
         self.directory = Path(directory)
         self.worker_id = worker_id
         self.complete = complete
         self.description = f"files {self.directory}"
+        self._fence = fence
         self._faults = faults
 
+    def _checked_mark(self) -> tuple[Mark | None, VolumeFence]:
+        """The mark and its fence; ``Fenced`` if that supersedes this process's."""
+        mark, fence = read_fenced_mark(self.directory, self.worker_id)
+        check_fence(fence, self._fence, self.description)
+        return mark, fence
+
     def resume(self) -> Mark | None:
-        """The mark; and the clean-up of what an interrupted publish left:
-        this worker's files past the mark (placed, never published), temporary
-        files, and in complete mode tables older than the published one."""
-        mark = read_mark(self.directory, self.worker_id)
+        """The mark, claimed for this process's fence; and the clean-up of
+        what an interrupted publish left: this worker's files past the mark
+        (placed, never published), temporary files, and in complete mode
+        tables older than the published one."""
+        mark, fence = self._checked_mark()
+        if mark is not None and fence != self._fence:
+            self._write_mark(mark)
         published = mark.batch_id if mark else -1
         for batch_id, paths in batch_files(self.directory).get(self.worker_id, {}).items():
             if batch_id > published:
@@ -119,10 +144,13 @@ class FilesTarget:
 
     def _write_mark(self, mark: Mark) -> None:
         atomic_write(self.directory / MARKS / f"{self.worker_id}.json",
-                     json.dumps({"checkpoint_id": mark.checkpoint_id, "batch_id": mark.batch_id}).encode())
+                     json.dumps({"checkpoint_id": mark.checkpoint_id, "batch_id": mark.batch_id,
+                                 "fence": [self._fence.volume_id, self._fence.generation]}).encode())
 
     def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
         """Steps:
+        0. Read the mark: if a later holder of the index claimed it, place
+           nothing (``Fenced``).
         1. Place each batch's files as ``<worker>-b<batch>-<task>.parquet``,
            replacing earlier files of that batch: a hard link to the staged file
            (a copy across filesystems) under a temporary name, renamed into place.
@@ -132,6 +160,8 @@ class FilesTarget:
         3. Write the mark atomically: the commit point.
         4. Complete mode: remove this worker's older tables.
         """
+        # 0.
+        self._checked_mark()
         self.directory.mkdir(parents=True, exist_ok=True)
         # 1.
         mine = batch_files(self.directory).get(self.worker_id, {})

@@ -7,7 +7,11 @@
   during COMMIT the outcome is unknown: the publisher reads that record again
   (it moved iff the transaction committed) before anything else, and every
   transaction first locks the record and checks it is the one it was planned
-  from, so an attempt can never commit on top of another that did.
+  from, so an attempt can never commit on top of another that did. The
+  record carries the fence of the worker's checkpoint volume (its id and
+  generation, the index's epoch) as the last process to resume or publish
+  held it: a process holding an earlier generation -- paused while another
+  took its index over -- is refused under the record's lock (``Fenced``).
 - ``PostgresUpsertTarget`` (``to_postgres(table, key=, version=)``): each staged
   batch at once, ``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE
   table.version < EXCLUDED.version``: a replay never moves a row backwards.
@@ -23,9 +27,10 @@ import psycopg
 from psycopg import sql
 
 from sparkpoint.faults import NO_FAULTS, FaultInjector
+from sparkpoint.messages import VolumeFence
 from worker.publishing.book import Mark
 from worker.publishing.staging import StagedBatch
-from worker.publishing.targets import Outcome
+from worker.publishing.targets import Outcome, check_fence
 
 PROGRESS_TABLE = "sparkpoint_sink_progress"
 # Complete mode (a transactional aggregate): whose rows a publish replaces.
@@ -121,7 +126,8 @@ def _copy(conn: psycopg.Connection, into: sql.Composable, rows, constants: Seque
 
 class PostgresTransactionalTarget:
     def __init__(self, conninfo: str, table: str, *, sink: str, worker_id: str, complete: bool,
-                 faults: FaultInjector = NO_FAULTS) -> None:
+                 fence: VolumeFence = VolumeFence(), faults: FaultInjector = NO_FAULTS) -> None:
+        """``fence``: this process's of the worker's checkpoint volume."""
         self.table = table
         self.sink = sink
         self.worker_id = worker_id
@@ -129,11 +135,14 @@ class PostgresTransactionalTarget:
         self.description = f"PostgreSQL table {table} (transactional)"
         self._connection = PostgresConnection(conninfo, f"sparkpoint-{worker_id}")
         self._mark: Mark | None = None      # as last read or written
+        self._fence = fence
         self._faults = faults
 
     def resume(self) -> Mark | None:
-        """Read (sink, worker)'s record, creating the progress table and the
-        record (batch -1: nothing published) if missing."""
+        """Read (sink, worker)'s record, creating the progress table (or
+        adding the fence's columns to an older one) and the record (batch -1:
+        nothing published) if missing, and claim it for this process's fence.
+        Raises ``Fenced`` if a later holder of the index claimed it."""
         try:
             conn = self._connection.get()
             with conn.transaction():
@@ -142,10 +151,17 @@ class PostgresTransactionalTarget:
                     "CREATE TABLE IF NOT EXISTS {} (sink text NOT NULL, worker text NOT NULL, "
                     "checkpoint_id bigint NOT NULL, batch_id bigint NOT NULL, published_at timestamptz, "
                     "PRIMARY KEY (sink, worker))").format(sql.Identifier(PROGRESS_TABLE)))
+                conn.execute(sql.SQL(
+                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS fence_volume text NOT NULL DEFAULT '', "
+                    "ADD COLUMN IF NOT EXISTS fence_generation bigint NOT NULL DEFAULT 0").format(
+                    sql.Identifier(PROGRESS_TABLE)))
                 conn.execute(sql.SQL("INSERT INTO {} (sink, worker, checkpoint_id, batch_id) VALUES (%s, %s, 0, -1) "
                                      "ON CONFLICT DO NOTHING").format(sql.Identifier(PROGRESS_TABLE)),
                              (self.sink, self.worker_id))
                 self._mark = self._read_mark(conn)
+                conn.execute(sql.SQL("UPDATE {} SET fence_volume = %s, fence_generation = %s "
+                                     "WHERE sink = %s AND worker = %s").format(sql.Identifier(PROGRESS_TABLE)),
+                             (self._fence.volume_id, self._fence.generation, self.sink, self.worker_id))
         except BaseException:
             self._connection.close()
             raise
@@ -166,15 +182,19 @@ class PostgresTransactionalTarget:
                              "WHERE sink = %s AND worker = %s").format(sql.Identifier(PROGRESS_TABLE)),
                      (mark.checkpoint_id, mark.batch_id, self.sink, self.worker_id))
 
-    def _read_mark(self, conn: psycopg.Connection, *, lock: bool = False) -> Mark | None:
-        query = sql.SQL("SELECT checkpoint_id, batch_id FROM {} WHERE sink = %s AND worker = %s{}").format(
-            sql.Identifier(PROGRESS_TABLE), sql.SQL(" FOR UPDATE") if lock else sql.SQL(""))
-        checkpoint_id, batch_id = conn.execute(query, (self.sink, self.worker_id)).fetchone()
+    def _read_mark(self, conn: psycopg.Connection) -> Mark | None:
+        """The record's mark, locked until the transaction ends; raises
+        ``Fenced`` if its fence supersedes this process's."""
+        query = sql.SQL("SELECT checkpoint_id, batch_id, fence_volume, fence_generation FROM {} "
+                        "WHERE sink = %s AND worker = %s FOR UPDATE").format(sql.Identifier(PROGRESS_TABLE))
+        checkpoint_id, batch_id, volume, generation = conn.execute(query, (self.sink, self.worker_id)).fetchone()
+        check_fence(VolumeFence(volume, generation), self._fence, self.description)
         return Mark(checkpoint_id, batch_id) if batch_id >= 0 else None
 
     def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
         """One transaction. Steps:
-        1. Lock (sink, worker)'s record; if it is not the mark this publish was
+        1. Lock (sink, worker)'s record; if a later holder of the index claimed
+           it, roll back (``Fenced``); if it is not the mark this publish was
            planned from, roll back: another attempt committed.
         2. Create the table if missing (complete mode: with a worker column).
         3. Complete mode: delete this worker's rows (the new table replaces them).
@@ -189,7 +209,7 @@ class PostgresTransactionalTarget:
             with conn.transaction():
                 # 1.
                 conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-                if self._read_mark(conn, lock=True) != self._mark:
+                if self._read_mark(conn) != self._mark:
                     moved = True
                     raise psycopg.Rollback()
                 if rows is not None:

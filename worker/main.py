@@ -123,9 +123,9 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
         announcer = announced(settings, WorkerIdentity(settings.worker_id, settings.worker_index,
                                                        settings.worker_count, pipeline.fingerprint(),
                                                        layout.node_names, host=host, pid=pid), started_at)
-        rehearse(spark, pipeline, settings, settings.work_dir / "rehearsal", stop)
-        announcer.ready()
         try:
+            rehearse(spark, pipeline, settings, settings.work_dir / "rehearsal", stop)
+            announcer.ready()
             taken = standby.wait(stop, on_idle=lambda: standing_by(settings.work_dir))
         except OSError as error:
             exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")

@@ -146,15 +146,22 @@ class PostgresTransactionalTarget:
         try:
             conn = self._connection.get()
             with conn.transaction():
+                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PROGRESS_TABLE,))
                 conn.execute(sql.SQL(
                     "CREATE TABLE IF NOT EXISTS {} (sink text NOT NULL, worker text NOT NULL, "
                     "checkpoint_id bigint NOT NULL, batch_id bigint NOT NULL, published_at timestamptz, "
+                    "fence_volume text NOT NULL DEFAULT '', fence_generation bigint NOT NULL DEFAULT 0, "
                     "PRIMARY KEY (sink, worker))").format(sql.Identifier(PROGRESS_TABLE)))
-                conn.execute(sql.SQL(
-                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS fence_volume text NOT NULL DEFAULT '', "
-                    "ADD COLUMN IF NOT EXISTS fence_generation bigint NOT NULL DEFAULT 0").format(
-                    sql.Identifier(PROGRESS_TABLE)))
+                # A table of an earlier version: ALTER only then (it would lock the
+                # table against the other workers' publishing at every resume).
+                if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass "
+                                "AND attname = 'fence_generation' AND NOT attisdropped)",
+                                (PROGRESS_TABLE,)).fetchone()[0]:
+                    conn.execute(sql.SQL(
+                        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS fence_volume text NOT NULL DEFAULT '', "
+                        "ADD COLUMN IF NOT EXISTS fence_generation bigint NOT NULL DEFAULT 0").format(
+                        sql.Identifier(PROGRESS_TABLE)))
                 conn.execute(sql.SQL("INSERT INTO {} (sink, worker, checkpoint_id, batch_id) VALUES (%s, %s, 0, -1) "
                                      "ON CONFLICT DO NOTHING").format(sql.Identifier(PROGRESS_TABLE)),
                              (self.sink, self.worker_id))

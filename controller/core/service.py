@@ -319,11 +319,13 @@ class ControllerService:
 
     def status(self) -> PipelineStatus:
         with self._lock:
-            now = self._clock()
-            records = list(self._table.workers.values())
-            savepoints = self._savepoints.summary()
-            standbys = self._standbys.listing(now)
-        return build_status(records, self._config.worker_count, now, savepoints, standbys)
+            return self._status(list(self._table.workers.values()))
+
+    def _status(self, records: list[WorkerRecord]) -> PipelineStatus:
+        """The status view of ``records`` now (under the lock)."""
+        now = self._clock()
+        return build_status(records, self._config.worker_count, now, self._savepoints.summary(),
+                            self._standbys.listing(now))
 
     # -- the operator's views (REST: /pipeline, /history, /metrics, checkpoints) --
     def pipeline(self) -> PipelineView:
@@ -348,10 +350,8 @@ class ControllerService:
     def readings(self) -> Readings:
         """What a metrics scrape reads, taken at once."""
         with self._lock:
-            now = self._clock()
             records = list(self._table.workers.values())
-            status = build_status(records, self._config.worker_count, now, self._savepoints.summary(),
-                                  self._standbys.listing(now))
+            status = self._status(records)
             durations = {record.worker_id: WorkerDurations(observed.checkpoint_durations.view(),
                                                            observed.recovery_durations.view())
                          for record in records

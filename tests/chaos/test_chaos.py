@@ -210,6 +210,9 @@ def test_a_paused_worker_is_taken_over_and_once_unpaused_writes_nothing_and_says
     standby = the_standby(compose)
     runner = compose.runner_of(0)
     checkpoint = checkpointed_since_restore(compose, 0)
+    # Where the pause lands is left to chance; paused inside a PostgreSQL
+    # transaction, its locks would block the heir had it not ended that
+    # session: made deterministic in tests/integration/test_postgres_sinks.py.
     print(f"pausing {runner}, which runs index 0; {standby} stands by")
     compose.container(runner).pause()
     try:

@@ -23,7 +23,12 @@ from worker.publishing.book import Contract, Mark, SinkBook
 from worker.publishing.publisher import Publication, Publisher
 from worker.publishing.staging import StagedBatch, StagingArea
 from worker.publishing.targets import Fenced, Outcome
-from worker.publishing.targets.postgres import PROGRESS_TABLE, PostgresTransactionalTarget, PostgresUpsertTarget
+from worker.publishing.targets.postgres import (
+    PROGRESS_TABLE,
+    PostgresTransactionalTarget,
+    PostgresUpsertTarget,
+    session_name,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +116,11 @@ def test_a_holder_superseded_by_a_later_fence_writes_nothing_under_the_records_l
     assert heir.resume() == Mark(1, 0)
     record = "SELECT batch_id, fence_volume, fence_generation FROM sparkpoint_sink_progress WHERE sink = %s"
     assert query(postgres, record, name) == [(0, "v1", 4)]
-    # The paused process's publish was planned from the same mark: refused, nothing written.
+    # The heir ended the paused process's session: its next call fails, and
+    # the one after, on a new connection, was planned from the same mark:
+    # refused under the record's lock, nothing written.
+    with pytest.raises(psycopg.OperationalError, match="terminating connection"):
+        paused.publish([staged(tmp_path, 1, events(range(3, 6)))], Mark(2, 1))
     with pytest.raises(Fenced, match=r"fence generation 4; this process holds 3"):
         paused.publish([staged(tmp_path, 1, events(range(3, 6)))], Mark(2, 1))
     with pytest.raises(Fenced):
@@ -120,6 +129,84 @@ def test_a_holder_superseded_by_a_later_fence_writes_nothing_under_the_records_l
     assert query(postgres, record, name) == [(0, "v1", 4)]
     assert heir.publish([staged(tmp_path, 1, events(range(3, 6)))], Mark(2, 1)) is Outcome.PUBLISHED
     assert query(postgres, f"SELECT count(*), count(DISTINCT id) FROM {name}") == [(6, 6)]
+
+
+class PausedAt:
+    """Fault points where the publishing process stops, inside its
+    transaction, until released: a paused container, as the server sees it."""
+
+    def __init__(self, point: str) -> None:
+        self.point = point
+        self.reached = threading.Event()
+        self.released = threading.Event()
+
+    def hit(self, point: str) -> None:
+        if point == self.point:
+            self.reached.set()
+            self.released.wait()
+
+
+def sessions(postgres: PostgresServer) -> set[str]:
+    return {name for (name,) in query(postgres, "SELECT application_name FROM pg_stat_activity")}
+
+
+def test_a_later_holder_ends_a_paused_holders_open_transaction_and_publishes(postgres, tmp_path, name):
+    pause = PausedAt("publish.postgres_written")
+    paused = PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id=WORKER, complete=False,
+                                         fence=VolumeFence("v1", 3), faults=pause)
+    assert paused.resume() is None
+    outcome: dict = {}
+
+    def publish() -> None:
+        try:
+            outcome["published"] = paused.publish([staged(tmp_path, 0, events(range(3)))], Mark(1, 0))
+        except psycopg.Error as error:
+            outcome["error"] = error
+    thread = threading.Thread(target=publish)
+    thread.start()
+    try:
+        assert pause.reached.wait(60), "the publish never reached its COMMIT"
+        # Paused there: its transaction holds the record's lock, rows and a mark, uncommitted.
+        assert "sparkpoint-worker-0 g3" in sessions(postgres)
+        heir = PostgresTransactionalTarget(postgres.dsn, name, sink=name, worker_id=WORKER, complete=False,
+                                           fence=VolumeFence("v1", 4))
+        # It would wait LOCK_TIMEOUT for the record and fail, again and again.
+        assert heir.resume() is None
+    finally:
+        pause.released.set()
+        thread.join(60)
+    assert "published" not in outcome and isinstance(outcome["error"], psycopg.OperationalError)
+    assert "sparkpoint-worker-0 g3" not in sessions(postgres)
+    assert query(postgres, "SELECT to_regclass(%s)::text", name) == [(None,)], "the paused publish's table"
+    assert heir.publish([staged(tmp_path, 0, events(range(3)))], Mark(1, 0)) is Outcome.PUBLISHED
+    assert query(postgres, f"SELECT count(*), count(DISTINCT id) FROM {name}") == [(3, 3)]
+
+
+def test_an_upserting_holder_ends_only_its_earlier_holders_sessions(postgres, tmp_path, name):
+    upsert = {"key": ["sym"], "version": "trades", "worker_id": WORKER}
+    PostgresUpsertTarget(postgres.dsn, name, **upsert).publish(
+        [staged(tmp_path, 0, pa.table({"sym": ["A"], "trades": [1]}))], Mark(0, 0))
+    # Inside open transactions: an earlier holder's upsert of A (paused), and
+    # sessions of another worker and of a later holder of this index.
+    held = {}
+    for worker, generation in ((WORKER, 3), ("worker-1", 2), (WORKER, 5)):
+        conn = psycopg.connect(postgres.dsn, application_name=session_name(worker, VolumeFence("v1", generation)))
+        conn.execute(f"UPDATE {name} SET trades = 2 WHERE sym = 'A'" if generation == 3 else "SELECT 1")
+        held[(worker, generation)] = conn
+    try:
+        heir = PostgresUpsertTarget(postgres.dsn, name, **upsert, fence=VolumeFence("v1", 4))
+        assert heir.resume() is None
+        # Without that, it would wait LOCK_TIMEOUT for A's row lock and fail.
+        heir.publish([staged(tmp_path, 1, pa.table({"sym": ["A"], "trades": [4]}))], Mark(1, 1))
+        assert query(postgres, f"SELECT sym, trades FROM {name}") == [("A", 4)]
+        with pytest.raises(psycopg.OperationalError):
+            held[(WORKER, 3)].commit()
+        for alive in ((WORKER, 5), ("worker-1", 2)):
+            held[alive].commit()
+        assert sessions(postgres) >= {"sparkpoint-worker-0 g5", "sparkpoint-worker-1 g2", "sparkpoint-worker-0 g4"}
+    finally:
+        for conn in held.values():
+            conn.close()
 
 
 def test_a_progress_table_from_before_fences_gets_their_columns(postgres, tmp_path, name):

@@ -21,6 +21,7 @@ from worker.publishing.publisher import Publication, Publisher
 from worker.publishing.staging import StagingArea
 from worker.publishing.targets import Fenced, Outcome, files
 from worker.publishing.targets.files import FilesTarget, read_fenced_mark, read_mark, read_published
+from worker.publishing.targets.postgres import session_name
 from worker.sinks.staging import BatchStager
 
 WORKER = "worker-0"
@@ -539,3 +540,9 @@ def test_a_rewound_publisher_publishes_the_batches_past_the_restored_cut_again(t
     publisher.step()
     assert (target.rows, target.mark) == ([2, 3], Mark(6, 3))
     assert publisher.rewind(manifest(6, 3)) == []              # nothing past it: nothing to rewind
+
+
+def test_a_long_worker_id_names_its_sessions_within_postgresqls_limit():
+    long_ids = ["w" * 60 + "-0", "w" * 60 + "-1"]
+    names = {session_name(worker, VolumeFence("v1", 2**40)) for worker in long_ids}
+    assert len(names) == 2 and all(len(name) <= 63 and name.endswith(f" g{2**40}") for name in names)

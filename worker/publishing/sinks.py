@@ -70,7 +70,7 @@ def publication(branch: Stream, settings: WorkerSettings, run: str, fence: Volum
                         "(at-least-once)", sink.name)
     elif "key" in sink.params:
         target = PostgresUpsertTarget(settings.postgres, sink.params["table"], key=sink.params["key"],
-                                      version=sink.params["version"], worker_id=settings.worker_id)
+                                      version=sink.params["version"], worker_id=settings.worker_id, fence=fence)
         contract = SinkContract.UPSERT
     else:
         target = PostgresTransactionalTarget(settings.postgres, sink.params["table"], sink=sink.name,

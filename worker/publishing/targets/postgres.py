@@ -17,10 +17,22 @@
   table.version < EXCLUDED.version``: a replay never moves a row backwards.
 
 Tables are created if missing, with columns from the batch's Arrow schema.
+
+Each process's connections are named after its worker and its fence
+generation (``session_name``). A process paused inside a publishing
+transaction keeps that transaction open, and with it the record's row lock
+and the table's advisory lock, for as long as it is paused: the server never
+notices, since the paused container's kernel still answers. So whatever
+takes an index over ends the sessions of its earlier holders first
+(``end_older_sessions``), as Kafka's transactional producer aborts a
+zombie's open transaction: their transactions roll back, their locks are
+free, and their next call fails.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Sequence
 
 import psycopg
@@ -32,12 +44,18 @@ from worker.publishing.book import Mark
 from worker.publishing.staging import StagedBatch
 from worker.publishing.targets import Outcome, check_fence
 
+log = logging.getLogger("sparkpoint.worker.publisher")
+
 PROGRESS_TABLE = "sparkpoint_sink_progress"
 # Complete mode (a transactional aggregate): whose rows a publish replaces.
 WORKER_COLUMN = "sparkpoint_worker"
-# A publish waits this long for the progress record a broken connection's
-# transaction may still hold, then fails and is retried.
+# A publish waits this long for the progress record or table a broken
+# connection's transaction may still hold, then fails and is retried.
 LOCK_TIMEOUT = "30s"
+# How long ending an earlier holder's session waits for it to be gone.
+TERMINATE_WAIT_MS = 5_000
+# PostgreSQL keeps at most this many bytes of an application_name.
+_APPLICATION_NAME_MAX = 63
 # A dead server or network must fail a call, not hang it: libpq's timeouts.
 _CONNECT_OPTIONS = {
     "connect_timeout": 5,
@@ -98,6 +116,40 @@ class PostgresConnection:
             self._conn = None
 
 
+def _session_prefix(worker_id: str) -> str:
+    prefix = f"sparkpoint-{worker_id}"
+    # Room for " g<generation>": a longer worker id is named by its digest.
+    return prefix if len(prefix) <= _APPLICATION_NAME_MAX - 21 else \
+        f"sparkpoint-{hashlib.blake2b(worker_id.encode(), digest_size=8).hexdigest()}"
+
+
+def session_name(worker_id: str, fence: VolumeFence) -> str:
+    """The application_name of the connections of ``worker_id``'s process
+    holding ``fence``: "sparkpoint-worker-0 g4"."""
+    return f"{_session_prefix(worker_id)} g{fence.generation}"
+
+
+def end_older_sessions(conn: psycopg.Connection, worker_id: str, fence: VolumeFence) -> list[int]:
+    """End the database sessions of ``worker_id``'s processes holding an
+    earlier generation than ``fence`` (taken over, paused or cut off): their
+    open transactions roll back and free their locks. Returns their pids
+    (none without a fence: there is no earlier holder to tell)."""
+    if not fence.generation:
+        return []
+    prefix = f"{_session_prefix(worker_id)} g"
+    rows = conn.execute("SELECT pid, application_name FROM pg_stat_activity "
+                        "WHERE starts_with(application_name, %s) AND pid <> pg_backend_pid()", (prefix,)).fetchall()
+    older = [pid for pid, name in rows
+             if name[len(prefix):].isdigit() and int(name[len(prefix):]) < fence.generation]
+    for pid in older:
+        conn.execute("SELECT pg_terminate_backend(%s, %s)", (pid, TERMINATE_WAIT_MS))
+    if older:
+        log.warning("%s: ended %d database session(s) of an earlier holder of this index (paused or cut off?), "
+                    "rolling back what it had not committed: pid %s", worker_id, len(older),
+                    ", ".join(map(str, older)))
+    return older
+
+
 def _rows_of(batches: Sequence[StagedBatch]):
     """The batches' rows as one Arrow table (None if there are none)."""
     import pyarrow as pa
@@ -133,18 +185,20 @@ class PostgresTransactionalTarget:
         self.worker_id = worker_id
         self.complete = complete
         self.description = f"PostgreSQL table {table} (transactional)"
-        self._connection = PostgresConnection(conninfo, f"sparkpoint-{worker_id}")
+        self._connection = PostgresConnection(conninfo, session_name(worker_id, fence))
         self._mark: Mark | None = None      # as last read or written
         self._fence = fence
         self._faults = faults
 
     def resume(self) -> Mark | None:
-        """Read (sink, worker)'s record, creating the progress table (or
-        adding the fence's columns to an older one) and the record (batch -1:
-        nothing published) if missing, and claim it for this process's fence.
-        Raises ``Fenced`` if a later holder of the index claimed it."""
+        """End the earlier holders' sessions; read (sink, worker)'s record,
+        creating the progress table (or adding the fence's columns to an
+        older one) and the record (batch -1: nothing published) if missing,
+        and claim it for this process's fence. Raises ``Fenced`` if a later
+        holder of the index claimed it."""
         try:
             conn = self._connection.get()
+            end_older_sessions(conn, self.worker_id, self._fence)
             with conn.transaction():
                 conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PROGRESS_TABLE,))
@@ -250,14 +304,25 @@ class PostgresTransactionalTarget:
 class PostgresUpsertTarget:
     """Keeps no mark: publishing a batch again changes nothing."""
 
-    def __init__(self, conninfo: str, table: str, *, key: Sequence[str], version: str, worker_id: str) -> None:
+    def __init__(self, conninfo: str, table: str, *, key: Sequence[str], version: str, worker_id: str,
+                 fence: VolumeFence = VolumeFence()) -> None:
+        """``fence``: this process's of the worker's checkpoint volume."""
         self.table = table
         self.key = list(key)
         self.version = version
+        self.worker_id = worker_id
         self.description = f"PostgreSQL table {table} (upsert on {', '.join(self.key)}, version {version})"
-        self._connection = PostgresConnection(conninfo, f"sparkpoint-{worker_id}")
+        self._connection = PostgresConnection(conninfo, session_name(worker_id, fence))
+        self._fence = fence
 
     def resume(self) -> Mark | None:
+        """End the earlier holders' sessions (their open upserts lock rows
+        and the table's creation lock); there is no mark."""
+        try:
+            end_older_sessions(self._connection.get(), self.worker_id, self._fence)
+        except BaseException:
+            self._connection.close()
+            raise
         return None
 
     def rewind(self, mark: Mark) -> None:
@@ -265,7 +330,8 @@ class PostgresUpsertTarget:
 
     def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
         """One transaction. Steps:
-        1. Create the table if missing, the key as its primary key.
+        1. Create the table if missing, the key as its primary key (waiting at
+           most ``LOCK_TIMEOUT`` for a lock here and below).
         2. COPY the rows into a temporary table.
         3. Upsert the newest version of each key; a row whose stored version
            is not older stays as it is.
@@ -287,6 +353,7 @@ class PostgresUpsertTarget:
             conn = self._connection.get()
             with conn.transaction():
                 # 1.
+                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
                 _create_table(conn, self.table, rows, extra=sql.SQL(", PRIMARY KEY ({})").format(key))
                 # 2.
                 conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP").format(staged, target))

@@ -128,17 +128,18 @@ def worker_log(stack: ComposeStack, service: str, since: float) -> list[tuple[fl
     return lines
 
 
-def recovered(service: str, lines: list[tuple[float, str]], phases: tuple, *known: float) -> Recovered:
+def recovered(service: str, lines: list[tuple[float, str]], phases: tuple, seen: float, *known: float) -> Recovered:
     """From the first of the ``known`` moments (the crash, the failure; then
     any other known end, as the container's start) through each of the
-    logged ``phases`` ending, in order, to now."""
+    logged ``phases`` ending, in order, to ``seen`` (when the first new
+    batch showed in ``/status``: before the bench's own Docker calls)."""
     ends = list(known)
     for name, pattern in phases:
         found = next((at for at, text in lines if at >= ends[-1] and pattern.search(text)), None)
         if found is None:
             raise AssertionError(f"{service}: no log line for the end of {name!r} ({pattern.pattern})")
         ends.append(found)
-    ends.append(time.time())
+    ends.append(seen)
     return Recovered([later - earlier for earlier, later in zip(ends, ends[1:])],
                      [text for _, text in lines if "first batch with rows" in text])
 
@@ -165,14 +166,16 @@ def crash_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
         return new_run_processed(worker, before)
 
     wait_until(first_new_batch, timeout_s=600, what=f"worker-{index}'s first batch after the crash", interval_s=0.1)
+    seen = time.time()
     heir = stack.runner_of(index)
     if heir != victim:
-        run = recovered(heir, worker_log(stack, heir, crashed), TAKEOVER_PHASES, crashed)._replace(taken_over=True)
+        run = recovered(heir, worker_log(stack, heir, crashed), TAKEOVER_PHASES, seen,
+                        crashed)._replace(taken_over=True)
     else:
         container = stack.container(heir)
         container.reload()
         started = docker_time(container.attrs["State"]["StartedAt"])
-        run = recovered(heir, worker_log(stack, heir, crashed), LOGGED_PHASES, crashed, started)
+        run = recovered(heir, worker_log(stack, heir, crashed), LOGGED_PHASES, seen, crashed, started)
     return run._replace(replayed_s=replayed_seconds(before, last, restored))
 
 
@@ -192,7 +195,7 @@ def query_failure_to_first_batch(stack: ComposeStack, index: int) -> Recovered:
     failed = fail_a_query(stack, service, index)
     wait_until(lambda: new_run_processed(stack.worker(index), before), timeout_s=600,
                what=f"worker-{index}'s first batch after a query failed", interval_s=0.1)
-    return recovered(service, worker_log(stack, service, failed), RESTART_PHASES, failed)
+    return recovered(service, worker_log(stack, service, failed), RESTART_PHASES, time.time(), failed)
 
 
 def show(what: str, index: int, run: Recovered, phases: tuple[str, ...]) -> None:

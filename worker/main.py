@@ -1,16 +1,20 @@
 """Worker entry point: ``python -m worker``.
 
 Steps:
-1. Read settings and load the pipeline file; check every sink can keep its
-   contract as configured (errors name the variable or file).
-2. Fence the checkpoint directory: one live worker per directory; start the
-   Spark session (its JVM is forked before any gRPC channel exists: gRPC's
-   fork handlers can break the launch) and derive the pipeline's layout:
-   which state belongs to which node. A standby (``SP_WORKER_ROLE``), or a
-   worker whose index a live process holds, fences only now: it waits, its
-   session warm, for the first index whose worker ends
-   (``worker.lifecycle.claim``), and runs as that worker; meanwhile it
-   tells the controller it stands by (``/status`` lists it).
+1. Read settings (errors name the variable).
+2. Fence the checkpoint directory: one live worker per directory. Only then
+   load the pipeline file and check every sink can keep its contract as
+   configured (errors name the variable or file): a container restarted
+   just after a take-over of its index waits first (``claim``), before
+   the imports of PySpark, gRPC and the pipeline take the cores the
+   take-over's first batches need. Start the Spark session (its JVM is
+   forked before any gRPC channel exists: gRPC's fork handlers can break
+   the launch) and derive the pipeline's layout: which state belongs to
+   which node. A standby (``SP_WORKER_ROLE``), or a worker whose index a
+   live process holds, fences only now: it waits, its session warm, for
+   the first index whose worker ends (``worker.lifecycle.claim``), and
+   runs as that worker; meanwhile it tells the controller it stands by
+   (``/status`` lists it).
 3-8. Serve runs of the pipeline in that session (``worker.lifecycle.serve``)
    until one ends other than in a restart: a savepoint restore, or a failed
    query (restored into the same session after the restart policy's
@@ -27,27 +31,24 @@ import socket
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
+# Light: what runs before the fence (step 2) imports nothing heavier.
 from sparkpoint.settings import SettingsError, exit_with_error
-from worker.api.graph import Pipeline, PipelineError
-from worker.api.loader import load_pipeline
 from worker.checkpointing.lock import FenceError
-from worker.control.client import ControllerClient, WorkerIdentity
-from worker.control.standby import StandbyAnnouncer
 from worker.healthcheck import clear_health, standing_by
 from worker.lifecycle.claim import Claim, Standby, claim_own
 from worker.lifecycle.holding import LockKeeper
-from worker.lifecycle.restarts import RestartPolicy
-from worker.lifecycle.serve import RunEnd, Session, serve
-from worker.publishing.sinks import check_sinks
-from worker.runtime.progress import summarize_error
 from worker.settings import WorkerSettings
-from worker.stateplan.layout import pipeline_layout
+
+if TYPE_CHECKING:
+    from worker.api.graph import Pipeline
+    from worker.control.client import WorkerIdentity
+    from worker.control.standby import StandbyAnnouncer
 
 log = logging.getLogger("sparkpoint.worker")
 PROGRAM = "sparkpoint-worker"
-EXIT_CODES = {RunEnd.STOPPED: 0, RunEnd.FAILED: 1}
-EXIT_SUPERSEDED = 3
+EXIT_STOPPED, EXIT_FAILED, EXIT_SUPERSEDED = 0, 1, 3
 
 
 def hold(taken: Claim) -> LockKeeper:
@@ -67,6 +68,9 @@ def hold(taken: Claim) -> LockKeeper:
 def announced(settings: WorkerSettings, identity: WorkerIdentity, started_at: float) -> StandbyAnnouncer:
     """Tell the controller, every report interval, that this process stands
     by (with the credentials of its own index)."""
+    from worker.control.client import ControllerClient
+    from worker.control.standby import StandbyAnnouncer
+
     client = ControllerClient(settings.controller_addr, identity, token=settings.grpc_token_file,
                               tls=settings.grpc_tls)
     announcer = StandbyAnnouncer(client, settings.report_interval_ms / 1000, started_at=started_at)
@@ -74,8 +78,23 @@ def announced(settings: WorkerSettings, identity: WorkerIdentity, started_at: fl
     return announcer
 
 
-def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, stop: threading.Event) -> int:
-    """Steps 2-7; returns the exit status. ``standby``: how this worker waits
+def loaded(settings: WorkerSettings) -> Pipeline:
+    """The pipeline file, loaded, its sinks checked against the settings;
+    exits naming the file or variable if either fails."""
+    from worker.api.graph import PipelineError
+    from worker.api.loader import load_pipeline
+    from worker.publishing.sinks import check_sinks
+
+    try:
+        pipeline = load_pipeline(settings.pipeline)
+        check_sinks(pipeline, settings)
+    except (SettingsError, PipelineError) as error:
+        exit_with_error(PROGRAM, error)
+    return pipeline
+
+
+def run(settings: WorkerSettings, standby: Standby | None, stop: threading.Event) -> int:
+    """Steps 2-8; returns the exit status. ``standby``: how this worker waits
     for an index if it may take over another (``settings.takes_over``)."""
     clear_health(settings.work_dir)
     started_at, host, pid = time.time(), socket.gethostname(), os.getpid()
@@ -92,13 +111,19 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
     except (FenceError, OSError) as error:
         exit_with_error(PROGRAM, f"SP_CHECKPOINT_DIR: {error}")
     if stop.is_set():
-        return EXIT_CODES[RunEnd.STOPPED]
+        return EXIT_STOPPED
     if taken is not None:
         keeper = hold(taken)
+    pipeline = loaded(settings)
     from pyspark.errors import PySparkException
 
+    from worker.control.client import ControllerClient, WorkerIdentity
+    from worker.lifecycle.restarts import RestartPolicy
+    from worker.lifecycle.serve import RunEnd, Session, serve
+    from worker.runtime.progress import summarize_error
     from worker.runtime.session import MissingJar, start_session
     from worker.stateplan.derive import stateful_schemas
+    from worker.stateplan.layout import pipeline_layout
 
     started = time.monotonic()
     try:
@@ -133,7 +158,7 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
             announcer.stop()
         if taken is None:
             spark.stop()
-            return EXIT_CODES[RunEnd.STOPPED]
+            return EXIT_STOPPED
         keeper = hold(taken)
     settings, store, fence = taken.settings, taken.store, taken.fence
     checkpoints_on = settings.checkpoint_freq_ms > 0
@@ -150,11 +175,11 @@ def run(settings: WorkerSettings, standby: Standby | None, pipeline: Pipeline, s
         # 3-8.
         while (outcome := serve(session, stop)).end is RunEnd.RESTART:
             if stop.wait(outcome.delay_s):
-                return EXIT_CODES[RunEnd.STOPPED]
+                return EXIT_STOPPED
             log.info("restarting the pipeline in this Spark session")
         if outcome.reason:
             print(f"{PROGRAM}: error: {outcome.reason}", file=sys.stderr)
-        return EXIT_CODES[outcome.end]
+        return EXIT_FAILED if outcome.end is RunEnd.FAILED else EXIT_STOPPED
     finally:
         client.close()
         spark.stop()
@@ -170,14 +195,12 @@ def main() -> None:
         settings = WorkerSettings.from_env(os.environ)
         # Every index's settings, checked now: not when a worker dies.
         standby = Standby(os.environ, settings) if settings.takes_over else None
-        pipeline = load_pipeline(settings.pipeline)
-        check_sinks(pipeline, settings)
-    except (SettingsError, PipelineError) as error:
+    except SettingsError as error:
         exit_with_error(PROGRAM, error)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    raise SystemExit(run(settings, standby, pipeline, stop))
+    raise SystemExit(run(settings, standby, stop))
 
 
 if __name__ == "__main__":

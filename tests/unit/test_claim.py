@@ -4,8 +4,11 @@ lock is free (worker.lifecycle.claim), on real locks in temporary directories.""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,8 @@ from worker.checkpointing.manifest import Manifest, QueryCut
 from worker.checkpointing.store import CheckpointStore
 from worker.lifecycle.claim import Standby, after_takeover, claim, claim_own
 from worker.settings import WorkerSettings
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def environ(tmp_path, **extra: str) -> dict[str, str]:
@@ -175,3 +180,22 @@ def test_a_standby_starting_holds_back_until_every_index_checkpointed_a_new_batc
     times = [31.0, 10.0, 0.0]           # nothing new: it gives up waiting after 30 s
     Standby(env, WorkerSettings.from_env(env)).hold_back(threading.Event(), clock=times.pop, poll_s=0)
     assert times == []
+
+
+def test_a_worker_fences_its_index_before_it_imports_pyspark_grpc_or_its_pipeline(tmp_path):
+    """A container restarted just after a take-over of its index waits in
+    the fence; PySpark's, gRPC's and the pipeline's imports (a second of CPU)
+    would take the cores the take-over's first batches need."""
+    probe = (
+        "import sys, threading\n"
+        "import worker.main as main\n"
+        "seen = []\n"
+        "def claim_own(settings, stop):\n"
+        "    seen.extend(m for m in ('pyspark', 'grpc', 'trading') if m in sys.modules)\n"
+        "    stop.set()\n"
+        "main.claim_own = claim_own\n"
+        f"settings = main.WorkerSettings.from_env({environ(tmp_path, SP_PIPELINE='pipelines/trades_postgres.py')!r})\n"
+        "print(main.run(settings, None, threading.Event()), seen, 'trading' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.stdout.splitlines()[-1:] == ["0 [] False"], result.stderr

@@ -377,13 +377,19 @@ def test_controller_cli_bad_port():
                           "SP_CONTROLLER_HTTP_PORT", "99999")
 
 
-def test_worker_cli_refuses_a_transactional_postgres_sink_without_checkpoints():
+def own_dirs(tmp_path) -> dict[str, str]:
+    """A worker fences its checkpoint directory before it loads the pipeline: its own."""
+    return {"SP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"), "SP_WORK_DIR": str(tmp_path / "work")}
+
+
+def test_worker_cli_refuses_a_transactional_postgres_sink_without_checkpoints(tmp_path):
     assert_one_line_error(run_module("worker", SP_PIPELINE=str(POSTGRES_PIPELINE), SP_PG_HOST="db",
-                                     SP_CHECKPOINT_FREQ="0"), "SP_CHECKPOINT_FREQ", "enriched_pg")
+                                     SP_CHECKPOINT_FREQ="0", **own_dirs(tmp_path)), "SP_CHECKPOINT_FREQ", "enriched_pg")
 
 
-def test_worker_cli_missing_pipeline_file():
-    assert_one_line_error(run_module("worker", SP_PIPELINE="/nonexistent/p.py"), "/nonexistent/p.py")
+def test_worker_cli_missing_pipeline_file(tmp_path):
+    assert_one_line_error(run_module("worker", SP_PIPELINE="/nonexistent/p.py", **own_dirs(tmp_path)),
+                          "/nonexistent/p.py")
 
 
 def test_the_workers_jvm_options_follow_the_class_archives(monkeypatch, tmp_path):

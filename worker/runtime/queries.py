@@ -10,6 +10,7 @@ Python runs in the tasks after the source.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -107,6 +108,17 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
 def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, query_root: Path,
                   staging: dict[str, Path], finished: set[str] = frozenset()) -> list[StreamingQuery]:
     """``staging``: each staged sink's staging directory for this run;
-    ``finished``: branches that stay finished (not started)."""
-    return [start_branch(spark, branch, settings, query_root, staging) for branch in pipeline.branches
-            if branch.sink.name not in finished]
+    ``finished``: branches that stay finished (not started).
+
+    Started together, not one after the other (a take-over waits for the
+    last: each start analyses its plan and reads its checkpoint); every
+    start is waited for, then the first error, if any, is raised. A
+    ``foreachBatch`` start needs py4j's callback server up beforehand (the
+    progress listener's registration starts it): starting it is not safe
+    from two threads at once."""
+    branches = [branch for branch in pipeline.branches if branch.sink.name not in finished]
+    if not branches:
+        return []
+    with ThreadPoolExecutor(max_workers=len(branches), thread_name_prefix="start-query") as pool:
+        starts = [pool.submit(start_branch, spark, branch, settings, query_root, staging) for branch in branches]
+    return [start.result() for start in starts]

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql
@@ -109,6 +110,15 @@ class PostgresConnection:
             self._conn = psycopg.connect(self._conninfo, autocommit=True,
                                          application_name=self._application_name, **_CONNECT_OPTIONS)
         return self._conn
+
+    @contextmanager
+    def using(self) -> Iterator[psycopg.Connection]:
+        """The connection, closed if the block raises (anything: it may be broken)."""
+        try:
+            yield self.get()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._conn is not None:
@@ -196,8 +206,7 @@ class PostgresTransactionalTarget:
         older one) and the record (batch -1: nothing published) if missing,
         and claim it for this process's fence. Raises ``Fenced`` if a later
         holder of the index claimed it."""
-        try:
-            conn = self._connection.get()
+        with self._connection.using() as conn:
             end_older_sessions(conn, self.worker_id, self._fence)
             with conn.transaction():
                 conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
@@ -223,19 +232,13 @@ class PostgresTransactionalTarget:
                 conn.execute(sql.SQL("UPDATE {} SET fence_volume = %s, fence_generation = %s "
                                      "WHERE sink = %s AND worker = %s").format(sql.Identifier(PROGRESS_TABLE)),
                              (self._fence.volume_id, self._fence.generation, self.sink, self.worker_id))
-        except BaseException:
-            self._connection.close()
-            raise
         return self._mark
 
     def rewind(self, mark: Mark) -> None:
         """The older mark; the rows published past it stay (a database's
         readers may have used them) and are published again."""
-        try:
-            self._write_mark(self._connection.get(), mark)
-        except BaseException:
-            self._connection.close()
-            raise
+        with self._connection.using() as conn:
+            self._write_mark(conn, mark)
         self._mark = mark
 
     def _write_mark(self, conn: psycopg.Connection, mark: Mark) -> None:
@@ -265,8 +268,7 @@ class PostgresTransactionalTarget:
         """
         rows = _rows_of(batches)
         moved = False
-        try:
-            conn = self._connection.get()
+        with self._connection.using() as conn:
             with conn.transaction():
                 # 1.
                 conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
@@ -289,9 +291,6 @@ class PostgresTransactionalTarget:
                 self._write_mark(conn, mark)
                 self._faults.hit("publish.postgres_written")
             # 6. (leaving the block commits; a rolled-back step 1 lands here too)
-        except BaseException:
-            self._connection.close()
-            raise
         if moved:
             return Outcome.MARK_MOVED
         self._mark = mark
@@ -318,11 +317,8 @@ class PostgresUpsertTarget:
     def resume(self) -> Mark | None:
         """End the earlier holders' sessions (their open upserts lock rows
         and the table's creation lock); there is no mark."""
-        try:
-            end_older_sessions(self._connection.get(), self.worker_id, self._fence)
-        except BaseException:
-            self._connection.close()
-            raise
+        with self._connection.using() as conn:
+            end_older_sessions(conn, self.worker_id, self._fence)
         return None
 
     def rewind(self, mark: Mark) -> None:
@@ -349,8 +345,7 @@ class PostgresUpsertTarget:
         columns = sql.SQL(", ").join(map(sql.Identifier, names))
         updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
                                      for n in names if n not in self.key)
-        try:
-            conn = self._connection.get()
+        with self._connection.using() as conn:
             with conn.transaction():
                 # 1.
                 conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
@@ -365,9 +360,6 @@ class PostgresUpsertTarget:
                     "ON CONFLICT ({key}) DO UPDATE SET {updates} WHERE stored.{version} < EXCLUDED.{version}"
                 ).format(target=target, columns=columns, key=key, staged=staged, updates=updates,
                          version=sql.Identifier(self.version)))
-        except BaseException:
-            self._connection.close()
-            raise
         return Outcome.PUBLISHED
 
     def close(self) -> None:

@@ -160,6 +160,11 @@ def end_older_sessions(conn: psycopg.Connection, worker_id: str, fence: VolumeFe
     return older
 
 
+def _bound_lock_waits(conn: psycopg.Connection) -> None:
+    """The transaction under way waits at most ``LOCK_TIMEOUT`` for any lock."""
+    conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+
+
 def _rows_of(batches: Sequence[StagedBatch]):
     """The batches' rows as one Arrow table (None if there are none)."""
     import pyarrow as pa
@@ -209,7 +214,7 @@ class PostgresTransactionalTarget:
         with self._connection.using() as conn:
             end_older_sessions(conn, self.worker_id, self._fence)
             with conn.transaction():
-                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+                _bound_lock_waits(conn)
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PROGRESS_TABLE,))
                 conn.execute(sql.SQL(
                     "CREATE TABLE IF NOT EXISTS {} (sink text NOT NULL, worker text NOT NULL, "
@@ -271,7 +276,7 @@ class PostgresTransactionalTarget:
         with self._connection.using() as conn:
             with conn.transaction():
                 # 1.
-                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+                _bound_lock_waits(conn)
                 if self._read_mark(conn) != self._mark:
                     moved = True
                     raise psycopg.Rollback()
@@ -348,7 +353,7 @@ class PostgresUpsertTarget:
         with self._connection.using() as conn:
             with conn.transaction():
                 # 1.
-                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+                _bound_lock_waits(conn)
                 _create_table(conn, self.table, rows, extra=sql.SQL(", PRIMARY KEY ({})").format(key))
                 # 2.
                 conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP").format(staged, target))

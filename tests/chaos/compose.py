@@ -116,6 +116,21 @@ class ComposeStack:
         if pid:
             os.kill(pid, signal.SIGKILL)
 
+    def pause(self, service: str, *, attempts: int = 5) -> None:
+        """``docker pause`` the service's container. runc gives up freezing a
+        cgroup whose tasks do not freeze in time ("unable to freeze",
+        moby/moby#48205: busy processes on a loaded host) and leaves it
+        running: that alone is tried again, up to ``attempts`` times."""
+        container = self.container(service)
+        for attempt in range(1, attempts + 1):
+            try:
+                container.pause()
+                return
+            except docker.errors.APIError as error:
+                if "unable to freeze" not in str(error) or attempt == attempts:
+                    raise
+                print(f"{service}: pause attempt {attempt} failed ({error}); trying again")
+
     def runner_of(self, index: int) -> str:
         """The worker service whose container holds index ``index``'s
         checkpoint lock: the holder names its host -- its container's short

@@ -214,7 +214,7 @@ def test_a_paused_worker_is_taken_over_and_once_unpaused_writes_nothing_and_says
     # transaction, its locks would block the heir had it not ended that
     # session: made deterministic in tests/integration/test_postgres_sinks.py.
     print(f"pausing {runner}, which runs index 0; {standby} stands by")
-    compose.container(runner).pause()
+    compose.pause(runner)
     try:
         # Silent for SP_HEARTBEAT_TIMEOUT (10 s), its lock is broken: the
         # standby takes index 0 over, and the other worker goes on meanwhile.

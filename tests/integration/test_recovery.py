@@ -368,7 +368,7 @@ def test_a_standby_takes_over_a_killed_worker_and_the_restarted_one_stands_by_in
     stack, log, events = worker_and_standby(make_stack, seed=31)
     logs = {name: stack.services[name].log_path for name in ("worker-0", "standby")}
     # It ran the pipeline once, warming up, on scratch space it then deleted.
-    assert "standby: rehearsed 2 queries" in logs["standby"].read_text()
+    assert "standby: rehearsed 2 queries and their restart" in logs["standby"].read_text()
     assert not (stack.config.root / "work" / "standby" / "rehearsal").exists()
     # /status shows it ready, and the process that runs index 0.
     wait_until(lambda: standbys(stack) == [(stack.services["standby"].process.pid, "ready")], timeout_s=30,

@@ -6,9 +6,10 @@ the test suite).
 
 Builds the images (``make images``; cached) and pins the ones it built under a
 tag of its own, so a build from elsewhere cannot change them mid-run; starts
-docker-compose.yml as it ships (its own project name and REST port), the
-producer at ``--rate`` events/s; waits until both workers run with a
-checkpoint, then ``--settle`` seconds more; then samples for ``--seconds``:
+docker-compose.yml as it ships (its own project name and REST port; its
+standby included), the producer at ``--rate`` events/s; waits until both
+workers run with a checkpoint and the standby has rehearsed, then
+``--settle`` seconds more; then samples for ``--seconds``:
 
 - CPU per container from its cgroup's cumulative usage (cpuacct, or the
   Docker stats API where that file is absent): mean cores, and the busiest
@@ -46,7 +47,7 @@ from tests.support import get_json, wait_until  # noqa: E402
 from worker.publishing.targets.files import published_files  # noqa: E402
 
 IMAGES = ("controller", "worker", "postgres")
-SERVICES = ("controller", "worker-0", "worker-1", "producer", "postgres")
+SERVICES = ("controller", "worker-0", "worker-1", "standby", "producer", "postgres")
 _TICKS = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}
 
 
@@ -153,8 +154,11 @@ def event_times(log: Path) -> dict[str, list[float]]:
 
 
 def steady(stack: ComposeStack) -> bool:
-    workers = stack.status().get("workers", [])
-    return len(workers) == 2 and all(w["state"] == "running" and w["last_checkpoint"] for w in workers)
+    """Both workers run with a checkpoint, and the standby has rehearsed."""
+    status = stack.status()
+    workers, standbys = status.get("workers", []), status.get("standbys", [])
+    return (len(workers) == 2 and all(w["state"] == "running" and w["last_checkpoint"] for w in workers)
+            and len(standbys) == 1 and standbys[0]["state"] == "ready")
 
 
 def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter]) -> dict:
@@ -227,7 +231,7 @@ def main() -> None:
                                                              "SP_IMAGE_TAG": tag}, free_port())
     try:
         stack.up(*SERVICES)
-        wait_until(lambda: steady(stack), timeout_s=600, what="both workers running with a checkpoint",
+        wait_until(lambda: steady(stack), timeout_s=600, what="both workers running with a checkpoint, the standby ready",
                    interval_s=1)
         time.sleep(args.settle)     # let the start-up backlog drain before measuring
         meters = {name: CpuMeter(stack.container(name)) for name in SERVICES}

@@ -46,6 +46,12 @@ SESSION_CONF = {
     # Spark's own working checkpoint keeps what a restart of this run needs,
     # not a history: durable checkpoints are the worker's (worker.checkpointing).
     "spark.sql.streaming.minBatchesToRetain": "10",
+    # State store maintenance (a snapshot once 10 deltas accumulated, files
+    # of versions past retention deleted) every 5 s, not Spark's 60: between
+    # runs of it a query at 2 batches/s piles up to 120 deltas, which each
+    # checkpoint cuts (lists, stats, records in its manifest) and a
+    # restarted query's first batch reads back one by one.
+    "spark.sql.streaming.stateStore.maintenanceInterval": "5s",
     # Staged batches (worker.sinks.staging): standard Parquet timestamps, and
     # no _SUCCESS marker for the stager to remove again.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",

@@ -19,13 +19,21 @@ _LOG_ENTRY = re.compile(r"^(offsets|commits)/(\d+)$")
 _STATE_VERSION = re.compile(r"^state/.+/(\d+)(?:_[^/]*)?\.(delta|snapshot|zip|changelog)$")
 
 
+def _newest_entry(log_dir: Path) -> int | None:
+    """The highest batch id among a Spark log's entries (``offsets/N``, ``commits/N``), or None."""
+    if not log_dir.is_dir():
+        return None
+    return max((int(name) for name in os.listdir(log_dir) if name.isdigit()), default=None)
+
+
 def committed_batch(query_dir: Path) -> int | None:
     """The highest batch id with a commit log entry, or None before the first commit."""
-    commits = query_dir / "commits"
-    if not commits.is_dir():
-        return None
-    ids = [int(name) for name in os.listdir(commits) if name.isdigit()]
-    return max(ids, default=None)
+    return _newest_entry(query_dir / "commits")
+
+
+def planned_batch(query_dir: Path) -> int | None:
+    """The highest batch id with an offset log entry (planned; committed or not), or None."""
+    return _newest_entry(query_dir / "offsets")
 
 
 def list_files(query_dir: Path) -> list[str]:

@@ -22,7 +22,6 @@ deleted afterwards.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -34,7 +33,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from sparkpoint.eventlog import EventLog
 from worker.api.graph import Pipeline
-from worker.checkpointing.cut import committed_batch
+from worker.checkpointing.cut import committed_batch, planned_batch
 from worker.publishing.sinks import staged_branches
 from worker.runtime.progress import summarize_error
 from worker.runtime.queries import source_logs, start_branch
@@ -61,11 +60,8 @@ def uncommit_last(query_dir: Path) -> None:
     planned but uncommitted: either way, started again, the query runs
     its newest batch again."""
     batch = committed_batch(query_dir)
-    offsets = query_dir / "offsets"
-    planned = [int(name) for name in os.listdir(offsets) if name.isdigit()] if offsets.is_dir() else []
-    if batch is not None and max(planned, default=-1) == batch:
+    if batch is not None and planned_batch(query_dir) == batch:
         (query_dir / "commits" / str(batch)).unlink()
-        (query_dir / "commits" / f".{batch}.crc").unlink(missing_ok=True)
 
 
 def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, scratch: Path,

@@ -82,7 +82,7 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
                                             "upsert_trigger_interval_ms": 0})
     staged = {branch.sink.name for branch in staged_branches(pipeline)}
     branches = [branch for branch in pipeline.branches if not branch.bounded]
-    staging = {name: scratch / "staging" / name for name in staged}
+    staging = {b.sink.name: scratch / "staging" / b.sink.name for b in branches if b.sink.name in staged}
     for directory in staging.values():
         directory.mkdir(parents=True)
     queries: list[StreamingQuery] = []

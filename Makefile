@@ -56,13 +56,15 @@ proto: $(PROTO_OUT)
 # The worker's JVM classes, compiled against the Spark jars of the venv's
 # PySpark into the worker package (worker.runtime.session loads the jar).
 JAVA_SOURCES := $(shell find jvm -name '*.java')
+# Resources the jar carries as they are (jvm/resources/yarn-default.xml).
+JAVA_RESOURCES := $(shell find jvm/resources -type f)
 JAR := worker/runtime/jars/sparkpoint-jvm.jar
-$(JAR): $(JAVA_SOURCES) $(STAMP) | java
+$(JAR): $(JAVA_SOURCES) $(JAVA_RESOURCES) $(STAMP) | java
 	@rm -rf build/jvm && mkdir -p build/jvm $(@D)
 	javac --release 17 -nowarn -d build/jvm \
 	  -cp "$$($(PY) -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')/*" \
 	  $(JAVA_SOURCES)
-	jar cf $@ -C build/jvm .
+	jar cf $@ -C build/jvm . -C jvm/resources .
 
 # The classes a worker's JVM loads, archived so the next start maps them
 # instead of loading them from Spark's jars (about half the JVM's start-up

@@ -1,7 +1,8 @@
 """The worker's Spark session: two queries over the event log started
 together, each batch staged by Spark's Parquet writer, the progress listener
 seeing each query's rows and end; the same session run (one Spark session is
-seconds of the suite) also checks the worker's local file system (``jvm/``)."""
+seconds of the suite) also checks the worker's local file system and its
+Hadoop configuration without YARN's defaults (``jvm/``)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ def check_local_file_system(spark, directory) -> None:
     assert [p.name for p in directory.iterdir()] == ["f"]
 
 
+def check_hadoop_defaults(spark) -> None:
+    """The worker's jar shadows Hadoop's yarn-default.xml
+    (jvm/resources/): a batch's Hadoop configuration carries none of YARN's
+    defaults, and keeps Hadoop's own and MapReduce's."""
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    assert conf.get("yarn.resourcemanager.address") is None
+    sources = {key: list(conf.getPropertySources(key)) for key in conf.getValByRegex(r"^yarn\.").keySet()}
+    assert not [key for key, files in sources.items() if "yarn-default.xml" in files]
+    assert list(conf.getPropertySources("fs.defaultFS")) == ["core-default.xml"]
+    assert list(conf.getPropertySources("mapreduce.job.maps")) == ["mapred-default.xml"]
+
+
 def all_ended(tracker: ProgressTracker, count: int) -> list | None:
     queries = tracker.snapshot()
     return queries if len(queries) == count and not any(q.active for q in queries) else None
@@ -59,6 +72,7 @@ def test_two_queries_started_together_stage_every_event(tmp_path):
     try:
         (tmp_path / "fs").mkdir()
         check_local_file_system(spark, tmp_path / "fs")
+        check_hadoop_defaults(spark)
         staging = {name: tmp_path / "staging" / name for name in ("a_out", "b_out")}
         for directory in staging.values():
             directory.mkdir(parents=True)

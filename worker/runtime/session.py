@@ -12,7 +12,9 @@ from worker.runtime.ui import spark_ui_conf
 from worker.settings import WorkerSettings
 
 # The worker's JVM classes (jvm/ in the repository; `make jars` builds the jar
-# into the package, `make deps` and `make images` run it).
+# into the package, `make deps` and `make images` run it). First on the
+# driver's class path, it also shadows Hadoop's yarn-default.xml
+# (jvm/resources/): half of what every batch serializes of Hadoop's settings.
 JVM_JAR = Path(__file__).parent / "jars" / "sparkpoint-jvm.jar"
 # The classes the worker's JVM loads, archived for the next start
 # (worker.runtime.classarchive; `make jars` and the image's build write it).

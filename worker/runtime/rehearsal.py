@@ -80,9 +80,8 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
     # Back to back, without a test's faults (they are for the real run).
     rehearsal = settings.model_copy(update={"test_fault": "", "trigger_interval_ms": 0,
                                             "upsert_trigger_interval_ms": 0})
-    staged = {branch.sink.name for branch in staged_branches(pipeline)}
     branches = [branch for branch in pipeline.branches if not branch.bounded]
-    staging = {b.sink.name: scratch / "staging" / b.sink.name for b in branches if b.sink.name in staged}
+    staging = {b.sink.name: scratch / "staging" / b.sink.name for b in staged_branches(pipeline) if not b.bounded}
     for directory in staging.values():
         directory.mkdir(parents=True)
     queries: list[StreamingQuery] = []

@@ -4,7 +4,8 @@ The shared secret: ``authorization: Bearer <token>`` metadata on every call.
 ``with_token`` adds it to each call of a channel (the worker's client);
 ``bearer_of`` reads it (the controller's interceptor). Mutual TLS:
 ``open_channel`` presents this side's certificate and checks the
-controller's against the CA."""
+controller's against the CA. ``failure``: why a call failed, in one line
+(a TLS handshake that failed says so, not just ``UNAVAILABLE``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from sparkpoint.errors import clip
 from sparkpoint.secrets import Secret, TlsFiles
 
 METADATA_KEY = "authorization"
@@ -49,3 +51,10 @@ def bearer_of(metadata: Any) -> str | None:
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
     return None
+
+
+def failure(error: grpc.RpcError) -> str:
+    """A failed call in one line: its status and what gRPC says of it,
+    clipped (a refused connection, a TLS handshake that failed and why)."""
+    details = " ".join((error.details() or "").split())
+    return f"{error.code().name}: {clip(details, 300)}" if details else error.code().name

@@ -6,6 +6,7 @@ from sparkpoint/pki.py (what ``make up`` generates)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -108,8 +109,9 @@ def test_a_standby_stands_by_as_its_certificate_names_it_and_as_no_other(tls_add
     assert [s.host for s in service.status().standbys] == ["c0ffee"]
 
 
-def test_the_worker_client_checks_the_controllers_certificate(tls_address, certificates):
-    # The right CA: registered. A CA that did not sign the controller's: no connection, retried.
+def test_the_worker_client_checks_the_controllers_certificate(tls_address, certificates, caplog):
+    # The right CA: registered. A CA that did not sign the controller's: no
+    # connection, retried, and the warning says why (not just UNAVAILABLE).
     client = ControllerClient(tls_address, WorkerIdentity("w0", 0, 2, "fp", ()), timeout_s=5, token=GRPC_TOKEN,
                               tls=files(certificates, "w0"))
     assert client.register(threading.Event(), wait=lambda _: False).session_id
@@ -119,6 +121,12 @@ def test_the_worker_client_checks_the_controllers_certificate(tls_address, certi
     with pytest.raises(grpc.RpcError) as refused:
         stranger.register_once()
     assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    stop = threading.Event()
+    with caplog.at_level(logging.WARNING, logger="sparkpoint.worker.control"):
+        assert stranger.register(stop, wait=lambda _: stop.set() or True) is None
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"controller at {tls_address} unreachable (UNAVAILABLE: " in warning
+    assert "Tls handshake failed" in warning and "CERTIFICATE_VERIFY_FAILED" in warning, warning
     stranger.close()
 
 

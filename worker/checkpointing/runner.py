@@ -29,6 +29,7 @@ import grpc
 
 from sparkpoint.backoff import Backoff
 from sparkpoint.errors import describe_error
+from sparkpoint.grpcauth import failure
 from sparkpoint.messages import CheckpointInfo
 from worker.checkpointing.manifest import Manifest
 from worker.checkpointing.policy import (
@@ -84,7 +85,7 @@ class CheckpointCommitter:
             try:
                 completed = self._commit(manifest.info())
             except Exception as error:  # controller unreachable: keep the newest, retry
-                reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
+                reason = failure(error) if isinstance(error, grpc.RpcError) else str(error)
                 log.warning("cannot commit checkpoint %d to the controller (%s); retrying",
                             manifest.checkpoint_id, reason)
                 with self._cond:

@@ -17,7 +17,7 @@ import grpc
 
 from sparkpoint import wire
 from sparkpoint.backoff import Backoff
-from sparkpoint.grpcauth import open_channel, with_token
+from sparkpoint.grpcauth import failure, open_channel, with_token
 from sparkpoint.messages import (
     CheckpointInfo,
     CommitOutcome,
@@ -115,7 +115,7 @@ class ControllerClient:
                                 "backoff", self.address, error.details())
                 elif not announced:
                     log.warning("controller at %s unreachable (%s); retrying with backoff",
-                                self.address, error.code().name)
+                                self.address, failure(error))
                 announced = True
                 wait(backoff.next_delay())
         return None

@@ -17,6 +17,7 @@ from dataclasses import replace
 import grpc
 
 from sparkpoint.backoff import Backoff
+from sparkpoint.grpcauth import failure
 from sparkpoint.messages import ProgressReport, RegisterResult, ReportOutcome, ReportStatus
 from worker.control.client import ControllerClient, RegistrationRefused
 
@@ -90,7 +91,7 @@ class Reporter:
             except grpc.RpcError as error:
                 if self.controller_reachable:
                     log.warning("cannot report to the controller (%s); still processing, retrying",
-                                error.code().name)
+                                failure(error))
                 self.controller_reachable = False
                 delay = self._backoff.next_delay()
 

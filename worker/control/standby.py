@@ -12,6 +12,7 @@ import threading
 
 import grpc
 
+from sparkpoint.grpcauth import failure
 from sparkpoint.messages import StandbyState
 from worker.control.client import ControllerClient
 
@@ -48,7 +49,7 @@ class StandbyAnnouncer:
         except grpc.RpcError as error:
             if self.reachable and not self._stop.is_set():
                 log.warning("cannot tell the controller at %s that this process stands by (%s); retrying",
-                            self._client.address, error.code().name)
+                            self._client.address, failure(error))
             self.reachable = False
             return False
         if not self.reachable:

@@ -21,6 +21,12 @@ workers run with a checkpoint and the standby has rehearsed, then
   ``output`` volume; transactional) and in the ``vwap`` upsert table (a
   symbol's count reaching the event's rank).
 
+Then it stops the producer, waits until every worker has read the log to
+its end and published its last batch, and compares the input with both
+sinks (every event id once in the files output and in PostgreSQL's
+``trades_enriched``, and the ``vwap`` table's trade counts), as the chaos
+tests do.
+
 Prints a table, writes bench/results/stack-<rate>-<date>.md and .json (-b,
 -c, ... when that day has one already), and
 tears the stack down (volumes included).
@@ -43,7 +49,7 @@ from bench.measure import cores_used, peak_cores, percentile, upsert_latencies  
 from bench.report import publish_json, publish_table, unused_name  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
 from tests.chaos.compose import REPO, ComposeStack  # noqa: E402
-from tests.support import get_json, wait_until  # noqa: E402
+from tests.support import all_published, get_json, wait_until  # noqa: E402
 from worker.publishing.targets.files import published_files  # noqa: E402
 
 IMAGES = ("controller", "worker", "postgres")
@@ -176,6 +182,23 @@ def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter]) -> 
     return {"cpu": cpu, "statuses": statuses}
 
 
+def drained(status: dict) -> bool:
+    """Every worker has read the log to its end and published its last batch."""
+    return all_published(status) and all(w["lag_bytes"] == 0 for w in status["workers"])
+
+
+def exactly_once(stack: ComposeStack) -> dict:
+    """Stop the producer; once drained, the input against both sinks."""
+    stack.compose("stop", "-t", "10", "producer")
+    wait_until(lambda: drained(stack.status()), timeout_s=600, what="every worker drained and published",
+               interval_s=2)
+    results = stack.results()
+    trades = {sym: want["trades"] for sym, want in results["expected_vwap"].items()}
+    return {"events": results["events"], "distinct_events": results["distinct_events"],
+            "files": results["files"], "pg": results["pg"],
+            "vwap_counts_exact": {row["sym"]: row["trades"] for row in results["pg_vwap"]} == trades}
+
+
 def summarise(samples: dict, history: dict) -> dict:
     cpu = {name: {"cores": cores_used(s), "peak_10s": peak_cores(s, 10.0)} for name, s in samples["cpu"].items()}
     (t0, first), (t1, last) = samples["statuses"][0], samples["statuses"][-1]
@@ -197,7 +220,12 @@ def summarise(samples: dict, history: dict) -> dict:
     return {"cpu": cpu, "workers": workers}
 
 
-def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float]]) -> list[str]:
+def listed(ids: list) -> str:
+    """How many ids a results list holds (it holds at most 20 of them)."""
+    return f"{len(ids)}+" if len(ids) >= 20 else str(len(ids))
+
+
+def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float]], once: dict) -> list[str]:
     cpu = summary["cpu"]
     lines = [f"# The default compose stack at {args.rate:,} events/s ({args.seconds} s sampled after "
              f"{args.settle} s settling, 2 cores)", "", f"Command: `{' '.join(sys.argv)}`", "",
@@ -215,6 +243,12 @@ def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float
     lines += ["", "| event appended -> visible | p50 (s) | p99 (s) | events |", "|---|---|---|---|"]
     lines += [f"| {sink} | {percentile(v, 0.5):.2f} | {percentile(v, 0.99):.2f} | {len(v):,} |"
               for sink, v in latency.items()]
+    lines += ["", f"Drained (producer stopped): {once['events']:,} events appended ({once['distinct_events']:,} "
+              f"distinct ids); the vwap table's trade counts {'equal' if once['vwap_counts_exact'] else 'DIFFER FROM'} "
+              "the log's.", "", "| sink | ids missing | ids twice | ids never produced |", "|---|---|---|---|"]
+    lines += [f"| {where} | {once[sink]['missing']:,} | {listed(once[sink]['duplicated'])} "
+              f"| {listed(once[sink]['unknown'])} |"
+              for sink, where in (("files", "files (trades_enriched)"), ("pg", "PostgreSQL trades_enriched"))]
     return lines
 
 
@@ -245,6 +279,7 @@ def main() -> None:
         sampler.stop()
         history = get_json(stack.status_url.replace("/status", "/history"), stack.api_token)
         times = event_times(volume_path(stack, "eventlog") / "trades")
+        once = exactly_once(stack)
     finally:
         stack.down()
         unpin_images(tag)
@@ -252,11 +287,11 @@ def main() -> None:
     latency = {"files (transactional)": sampler.files_latency,
                "PostgreSQL upsert (vwap)": upsert_latencies(sampler.counts, times, started, samples["statuses"][-1][0])}
     name = unused_name(f"stack-{args.rate}-{time.strftime('%Y-%m-%d')}")
-    publish_table(name, table(args, summary, latency))
+    publish_table(name, table(args, summary, latency, once))
     publish_json(name, {"rate": args.rate, "seconds": args.seconds, "settle": args.settle, "summary": summary,
                         "latency": {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v),
                                         "mean": statistics.fmean(v) if v else None} for k, v in latency.items()},
-                        "sink_errors": sampler.errors[:5]})
+                        "sink_errors": sampler.errors[:5], "exactly_once": once})
 
 
 if __name__ == "__main__":

@@ -2,14 +2,15 @@
 checkpoints, lag and event -> sink latency (issue 12's targets; not part of
 the test suite).
 
-    .venv/bin/python bench/stack.py [--rate 200] [--seconds 60] [--settle 30]
+    .venv/bin/python bench/stack.py [--rate 200] [--seconds 60] [--settle 30] [--set SP_X=V ...]
 
 Builds the images (``make images``; cached) and pins the ones it built under a
 tag of its own, so a build from elsewhere cannot change them mid-run; starts
 docker-compose.yml as it ships (its own project name and REST port; its
 standby included), the producer at ``--rate`` events/s; waits until both
 workers run with a checkpoint and the standby has rehearsed, then
-``--settle`` seconds more; then samples for ``--seconds``:
+``--settle`` seconds more (``--set`` overrides a variable docker-compose.yml
+reads, as a ``.env`` file would); then samples for ``--seconds``:
 
 - CPU per container from its cgroup's cumulative usage (cpuacct, or the
   Docker stats API where that file is absent): mean cores, and the busiest
@@ -47,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.measure import cores_used, peak_cores, percentile, upsert_latencies  # noqa: E402
 from bench.report import publish_json, publish_table, unused_name  # noqa: E402
+from bench.throughput import parse_settings  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
 from tests.chaos.compose import REPO, ComposeStack  # noqa: E402
 from tests.support import all_published, get_json, wait_until  # noqa: E402
@@ -227,8 +229,10 @@ def listed(ids: list) -> str:
 
 def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float]], once: dict) -> list[str]:
     cpu = summary["cpu"]
+    overrides = ", ".join(args.set) or "none"
     lines = [f"# The default compose stack at {args.rate:,} events/s ({args.seconds} s sampled after "
              f"{args.settle} s settling, 2 cores)", "", f"Command: `{' '.join(sys.argv)}`", "",
+             f"Settings overridden: {overrides}", "",
              "| container | cores (mean) | cores (busiest 10 s) |", "|---|---|---|"]
     lines += [f"| {name} | {c['cores']:.2f} | {c['peak_10s']:.2f} |" for name, c in cpu.items()]
     lines.append(f"| **total** | **{sum(c['cores'] for c in cpu.values()):.2f}** | |")
@@ -257,11 +261,14 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=200, help="producer events/s")
     parser.add_argument("--seconds", type=int, default=60, help="sampling window")
     parser.add_argument("--settle", type=int, default=30, help="seconds after both workers run with a checkpoint")
+    parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
+                        help="a variable docker-compose.yml reads (repeatable)")
     args = parser.parse_args()
+    overrides = parse_settings(args.set)
     subprocess.run(["make", "images"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     tag = f"bench-{uuid.uuid4().hex[:8]}"
     pin_images(tag)
-    stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {"SP_PRODUCER_RATE": str(args.rate),
+    stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {**overrides, "SP_PRODUCER_RATE": str(args.rate),
                                                              "SP_IMAGE_TAG": tag}, free_port())
     try:
         stack.up(*SERVICES)
@@ -288,7 +295,8 @@ def main() -> None:
                "PostgreSQL upsert (vwap)": upsert_latencies(sampler.counts, times, started, samples["statuses"][-1][0])}
     name = unused_name(f"stack-{args.rate}-{time.strftime('%Y-%m-%d')}")
     publish_table(name, table(args, summary, latency, once))
-    publish_json(name, {"rate": args.rate, "seconds": args.seconds, "settle": args.settle, "summary": summary,
+    publish_json(name, {"rate": args.rate, "seconds": args.seconds, "settle": args.settle, "overrides": overrides,
+                        "summary": summary,
                         "latency": {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v),
                                         "mean": statistics.fmean(v) if v else None} for k, v in latency.items()},
                         "sink_errors": sampler.errors[:5], "exactly_once": once})

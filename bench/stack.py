@@ -227,12 +227,12 @@ def listed(ids: list) -> str:
     return f"{len(ids)}+" if len(ids) >= 20 else str(len(ids))
 
 
-def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float]], once: dict) -> list[str]:
+def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float]], once: dict,
+          overrides: dict[str, str]) -> list[str]:
     cpu = summary["cpu"]
-    overrides = ", ".join(args.set) or "none"
     lines = [f"# The default compose stack at {args.rate:,} events/s ({args.seconds} s sampled after "
              f"{args.settle} s settling, 2 cores)", "", f"Command: `{' '.join(sys.argv)}`", "",
-             f"Settings overridden: {overrides}", "",
+             f"Settings overridden: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}", "",
              "| container | cores (mean) | cores (busiest 10 s) |", "|---|---|---|"]
     lines += [f"| {name} | {c['cores']:.2f} | {c['peak_10s']:.2f} |" for name, c in cpu.items()]
     lines.append(f"| **total** | **{sum(c['cores'] for c in cpu.values()):.2f}** | |")
@@ -294,7 +294,7 @@ def main() -> None:
     latency = {"files (transactional)": sampler.files_latency,
                "PostgreSQL upsert (vwap)": upsert_latencies(sampler.counts, times, started, samples["statuses"][-1][0])}
     name = unused_name(f"stack-{args.rate}-{time.strftime('%Y-%m-%d')}")
-    publish_table(name, table(args, summary, latency, once))
+    publish_table(name, table(args, summary, latency, once, overrides))
     publish_json(name, {"rate": args.rate, "seconds": args.seconds, "settle": args.settle, "overrides": overrides,
                         "summary": summary,
                         "latency": {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v),

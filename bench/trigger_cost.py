@@ -3,6 +3,7 @@ query, Sparkpoint's data path side by side with plain PySpark on the same
 source (issue 12's "default stack at 200 events/s <= 0.5 core").
 
     .venv/bin/python bench/trigger_cost.py [--rate 100] [--trigger-ms 500] [--warm 120] [--seconds 60]
+        [--windows 1] [--variants V ...] [--java-options=OPTS]
 
 Each variant runs in a process of its own (its own Spark session and JVM)
 over an event log of 2 partitions that a thread of that process appends
@@ -22,8 +23,11 @@ The source is Sparkpoint's event log in every variant (Spark's file
 sources cannot tail a growing file). After ``--warm`` seconds each variant
 counts its batches and the CPU its JVM (``/proc``; the JIT compiler's
 threads apart) and its Python process (minus the appending thread) used for
-``--seconds``. Prints a
-table and writes bench/results/trigger_cost-<date>.md and .json.
+``--seconds``, in ``--windows`` windows back to back: a curve of the JIT's
+warm-up (the worker's JVM leaves C2 to code ten times hotter than the JVM's
+own thresholds, so at 2 batches/s it settles over minutes). ``--java-options``
+are added to the Sparkpoint variants' JVM options (a flight recording, say).
+Prints a table and writes bench/results/trigger_cost-<date>.md and .json.
 """
 
 from __future__ import annotations
@@ -69,8 +73,9 @@ def thread_ticks(pid: int) -> tuple[int, int]:
     return total, compiler
 
 
-def query(variant: str, root: Path, trigger_ms: int):
-    """The variant's streaming query, started."""
+def query(variant: str, root: Path, trigger_ms: int, java_options: str = ""):
+    """The variant's streaming query, started; ``java_options`` added to a
+    Sparkpoint variant's JVM options."""
     from pyspark.sql import functions as F
     from trading import TRADE_SCHEMA, VWAP_AGGREGATIONS, enrich
 
@@ -80,9 +85,10 @@ def query(variant: str, root: Path, trigger_ms: int):
         from bench.spark_baseline import session
         spark = session()
     else:
-        from worker.runtime.session import start_session
+        from worker.runtime.session import driver_java_options, start_session
         from worker.settings import WorkerSettings
-        spark = start_session(WorkerSettings.model_construct(worker_id="bench"))
+        settings = WorkerSettings.model_construct(worker_id="bench")
+        spark = start_session(settings, java_options=f"{driver_java_options(settings)} {java_options}".strip())
     df = read_log(spark, root / "log", TRADE_SCHEMA)
     if variant.endswith("aggregate"):
         df = df.groupBy("sym").agg(*(F.expr(expr).alias(column) for column, expr in VWAP_AGGREGATIONS.items()))
@@ -104,8 +110,8 @@ def query(variant: str, root: Path, trigger_ms: int):
     return spark, writer.start()
 
 
-def run_variant(args: argparse.Namespace) -> dict:
-    """One variant in this process; its figures."""
+def run_variant(args: argparse.Namespace) -> list[dict]:
+    """One variant in this process; its figures, a dict per window."""
     from sparkpoint.eventlog import EventLog
     from sparkpoint.producer import append_trades, trades
 
@@ -124,7 +130,7 @@ def run_variant(args: argparse.Namespace) -> dict:
 
     append_trades(log, [next(events) for _ in range(args.rate)])
     threading.Thread(target=produce, daemon=True).start()
-    spark, started = query(args.variant, root, args.trigger_ms)
+    spark, started = query(args.variant, root, args.trigger_ms, args.java_options)
     jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
     def reading() -> tuple[int, int, int, float]:
@@ -133,35 +139,40 @@ def run_variant(args: argparse.Namespace) -> dict:
         return (progress["batchId"] if progress else 0), total, compiler, sum(os.times()[:2]) - producer_cpu[0]
 
     stop.wait(args.warm)
-    before = reading()
-    stop.wait(args.seconds)
-    after = reading()
+    readings = [reading()]
+    for _ in range(args.windows):
+        stop.wait(args.seconds)
+        readings.append(reading())
     if started.exception():
         raise SystemExit(f"{args.variant}: the query failed: {started.exception()}")
     stop.set()
     started.stop()
     spark.stop()
     shutil.rmtree(root)
-    batches = after[0] - before[0]
-    return {"variant": args.variant, "batches": batches, "seconds": args.seconds,
-            "jvm_ms": 1000 * (after[1] - before[1]) / TICK / batches,
-            "compiler_ms": 1000 * (after[2] - before[2]) / TICK / batches,
-            "python_ms": 1000 * (after[3] - before[3]) / batches}
+    windows = []
+    for index, (before, after) in enumerate(zip(readings, readings[1:])):
+        batches = after[0] - before[0]
+        windows.append({"variant": args.variant, "from": args.warm + index * args.seconds, "batches": batches,
+                        "seconds": args.seconds, "jvm_ms": 1000 * (after[1] - before[1]) / TICK / batches,
+                        "compiler_ms": 1000 * (after[2] - before[2]) / TICK / batches,
+                        "python_ms": 1000 * (after[3] - before[3]) / batches})
+    return windows
 
 
 def table(args: argparse.Namespace, results: list[dict]) -> list[str]:
     lines = [f"# CPU per micro-batch at {args.rate} events/s, a trigger every {args.trigger_ms} ms "
              f"({args.seconds} s measured after {args.warm} s)", "",
-             f"Command: `bench/trigger_cost.py --rate {args.rate} --trigger-ms {args.trigger_ms} "
-             f"--warm {args.warm} --seconds {args.seconds}`", "",
-             "| variant | batches | JVM ms/batch | of which JIT | Python ms/batch | cores | vs spark-noop |",
-             "|---|---|---|---|---|---|---|"]
-    floor = next(r["jvm_ms"] + r["python_ms"] for r in results if r["variant"] == "spark-noop")
+             f"Command: `{' '.join(['bench/trigger_cost.py', *sys.argv[1:]])}`", "",
+             "| variant | from (s) | batches | JVM ms/batch | of which JIT | Python ms/batch | cores | vs spark-noop |",
+             "|---|---|---|---|---|---|---|---|"]
+    # spark-noop's batch in the same window, when it ran
+    floors = {r["from"]: r["jvm_ms"] + r["python_ms"] for r in results if r["variant"] == "spark-noop"}
     for r in results:
         per_batch = r["jvm_ms"] + r["python_ms"]
         cores = per_batch * r["batches"] / r["seconds"] / 1000
-        lines.append(f"| {VARIANTS[r['variant']]} | {r['batches']} | {r['jvm_ms']:.1f} | {r['compiler_ms']:.1f} "
-                     f"| {r['python_ms']:.1f} | {cores:.3f} | {per_batch / floor:.2f} |")
+        ratio = f"{per_batch / floors[r['from']]:.2f}" if r["from"] in floors else "-"
+        lines.append(f"| {VARIANTS[r['variant']]} | {r['from']:g} | {r['batches']} | {r['jvm_ms']:.1f} "
+                     f"| {r['compiler_ms']:.1f} | {r['python_ms']:.1f} | {cores:.3f} | {ratio} |")
     return lines
 
 
@@ -171,24 +182,30 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=500)
     parser.add_argument("--warm", type=float, default=120, help="seconds before measuring")
     parser.add_argument("--seconds", type=float, default=60, help="seconds measured")
+    parser.add_argument("--windows", type=int, default=1, help="windows of --seconds measured back to back")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS), help="variants to run")
+    parser.add_argument("--java-options", default="",
+                        help="added to the Sparkpoint variants' JVM options (written --java-options=-XX:...)")
     parser.add_argument("--variant", choices=VARIANTS, help="run this variant here (the bench runs each so)")
     args = parser.parse_args()
     if args.variant:
         print(json.dumps(run_variant(args)))
         return
     results = []
-    for variant in VARIANTS:
+    for variant in args.variants:
         child = subprocess.run([sys.executable, __file__, "--variant", variant, "--rate", str(args.rate),
                                 "--trigger-ms", str(args.trigger_ms), "--warm", str(args.warm),
-                                "--seconds", str(args.seconds)], capture_output=True, text=True)
+                                "--seconds", str(args.seconds), "--windows", str(args.windows),
+                                f"--java-options={args.java_options}"], capture_output=True, text=True)
         if child.returncode:
             raise SystemExit(f"{variant} failed:\n{child.stderr[-3000:]}")
-        results.append(json.loads(child.stdout.splitlines()[-1]))
+        results += json.loads(child.stdout.splitlines()[-1])
         print(f"{variant}: {results[-1]}", file=sys.stderr)
     name = unused_name(f"trigger_cost-{time.strftime('%Y-%m-%d')}")
     publish_table(name, table(args, results))
     publish_json(name, {"rate": args.rate, "trigger_ms": args.trigger_ms, "warm": args.warm,
-                        "seconds": args.seconds, "results": results})
+                        "seconds": args.seconds, "windows": args.windows, "java_options": args.java_options,
+                        "results": results})
 
 
 if __name__ == "__main__":

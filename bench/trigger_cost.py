@@ -161,7 +161,7 @@ def run_variant(args: argparse.Namespace) -> list[dict]:
 
 def table(args: argparse.Namespace, results: list[dict]) -> list[str]:
     lines = [f"# CPU per micro-batch at {args.rate} events/s, a trigger every {args.trigger_ms} ms "
-             f"({args.seconds} s measured after {args.warm} s)", "",
+             f"({args.windows} x {args.seconds} s measured after {args.warm} s)", "",
              f"Command: `{' '.join(['bench/trigger_cost.py', *sys.argv[1:]])}`", "",
              "| variant | from (s) | batches | JVM ms/batch | of which JIT | Python ms/batch | cores | vs spark-noop |",
              "|---|---|---|---|---|---|---|---|"]
@@ -188,6 +188,8 @@ def main() -> None:
                         help="added to the Sparkpoint variants' JVM options (written --java-options=-XX:...)")
     parser.add_argument("--variant", choices=VARIANTS, help="run this variant here (the bench runs each so)")
     args = parser.parse_args()
+    if args.windows < 1:
+        parser.error("--windows: at least 1")
     if args.variant:
         print(json.dumps(run_variant(args)))
         return

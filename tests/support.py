@@ -4,6 +4,7 @@ controller's status over HTTP, and batch computations to compare against."""
 from __future__ import annotations
 
 import json
+import math
 import signal
 import time
 import urllib.error
@@ -154,6 +155,22 @@ def expected_vwap(events: list[dict]) -> dict[str, dict[str, float]]:
     for row in result.values():
         row["vwap"] = row["notional"] / row["volume"]
     return result
+
+
+def vwap_differences(rows: list[dict], expected: dict[str, dict[str, float]]) -> list[str]:
+    """Where the per-symbol rows of a vwap table differ from ``expected``
+    (``expected_vwap``): trade counts and volumes exactly, notionals within
+    rounding; empty when they agree."""
+    found = {row["sym"]: row for row in rows}
+    differences = [f"{sym}: missing" for sym in sorted(expected.keys() - found.keys())]
+    differences += [f"{sym}: never produced" for sym in sorted(found.keys() - expected.keys())]
+    for sym in sorted(expected.keys() & found.keys()):
+        row, want = found[sym], expected[sym]
+        differences += [f"{sym}: {column} {row[column]} != {want[column]}" for column in ("trades", "volume")
+                        if row[column] != want[column]]
+        if not math.isclose(row["notional"], want["notional"], rel_tol=1e-9):
+            differences.append(f"{sym}: notional {row['notional']} != {want['notional']}")
+    return differences
 
 
 def log_tails(stack, lines: int = 40) -> str:

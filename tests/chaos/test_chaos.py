@@ -23,7 +23,7 @@ import pytest
 
 from tests.chaos.compose import WORKER_SERVICES, ComposeStack
 from tests.chaos.schedule import drawn, outages, takeovers, worker_crashes
-from tests.support import wait_until
+from tests.support import vwap_differences, wait_until
 
 pytestmark = pytest.mark.chaos
 
@@ -75,10 +75,8 @@ def exact_aggregates(rows: list[dict], expected: dict, where: str) -> bool:
     sums must be exact."""
     if {row["sym"]: row["trades"] for row in rows} != {sym: want["trades"] for sym, want in expected.items()}:
         return False
-    for row in rows:
-        want = expected[row["sym"]]
-        assert row["volume"] == want["volume"], f"{where}: volume of {row['sym']}"
-        assert row["notional"] == pytest.approx(want["notional"], rel=1e-9), f"{where}: notional of {row['sym']}"
+    differences = vwap_differences(rows, expected)
+    assert not differences, f"{where}: {differences}"
     return True
 
 

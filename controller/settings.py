@@ -7,28 +7,27 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sparkpoint.secrets import Secret, TlsFiles
+from sparkpoint.secrets import Secret
 from sparkpoint.settings import (
     ApiTokenFile,
     GrpcPort,
     GrpcTlsCaFile,
     GrpcTlsCertFile,
     GrpcTlsKeyFile,
+    GrpcTlsSettings,
     GrpcTokenFile,
     HttpPort,
     Milliseconds,
     SavepointDir,
-    Settings,
     SettingsError,
     UserPath,
     WorkerCount,
-    grpc_tls,
 )
 
 Auth = Literal["token", "none"]
 
 
-class ControllerSettings(Settings):
+class ControllerSettings(GrpcTlsSettings):
     program = "controller"
 
     bind: str = Field(
@@ -83,16 +82,6 @@ class ControllerSettings(Settings):
         _one_of(self.api_auth, self.api_token_file, "SP_API_TOKEN_FILE", "SP_API_AUTH", "the REST API's bearer token")
         _one_of(self.grpc_auth, self.grpc_token_file, "SP_GRPC_TOKEN_FILE", "SP_GRPC_AUTH", "the gRPC shared secret")
         return self
-
-    @model_validator(mode="after")
-    def _grpc_tls_in_full(self) -> ControllerSettings:
-        grpc_tls(self)
-        return self
-
-    @property
-    def grpc_tls(self) -> TlsFiles | None:
-        """The files of gRPC's mutual TLS; None: plain text."""
-        return grpc_tls(self)
 
     @property
     def allowed_hosts(self) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, NoReturn, Self
 
-from pydantic import AfterValidator, Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -183,19 +183,31 @@ GrpcTlsCaFile = Annotated[CertificateFile | None, Field(
                 "`SP_CONTROLLER_ADDR`)")]
 
 
-def grpc_tls(settings: Settings) -> TlsFiles | None:
-    """The gRPC TLS files of ``settings`` (its ``grpc_tls_*_file`` fields):
-    all three or none, else a SettingsError naming the first missing one."""
-    fields = ("grpc_tls_cert_file", "grpc_tls_key_file", "grpc_tls_ca_file")
-    files = [getattr(settings, name) for name in fields]
-    if not any(files):
-        return None
-    given = [settings.variable(name) for name, file in zip(fields, files) if file]
-    for name, file in zip(fields, files):
-        if not file:
-            raise SettingsError(settings.variable(name), f"is required with {', '.join(given)} (mutual TLS needs "
+class GrpcTlsSettings(Settings):
+    """Settings of a program that speaks gRPC (the controller, a worker): its
+    class defines the ``grpc_tls_*_file`` fields (``GrpcTlsCertFile`` ...,
+    where its own variables are documented), given all three or none."""
+
+    _TLS_FIELDS: ClassVar[tuple[str, ...]] = ("grpc_tls_cert_file", "grpc_tls_key_file", "grpc_tls_ca_file")
+
+    @model_validator(mode="after")
+    def _grpc_tls_in_full(self) -> Self:
+        _ = self.grpc_tls
+        return self
+
+    @property
+    def grpc_tls(self) -> TlsFiles | None:
+        """The files of gRPC's mutual TLS; None: plain text. A SettingsError
+        names the first one missing when some are given."""
+        files = [getattr(self, name) for name in self._TLS_FIELDS]
+        if not any(files):
+            return None
+        given = [self.variable(name) for name, file in zip(self._TLS_FIELDS, files) if file]
+        for name, file in zip(self._TLS_FIELDS, files):
+            if not file:
+                raise SettingsError(self.variable(name), f"is required with {', '.join(given)} (mutual TLS needs "
                                                          "a certificate, its key and the CA)")
-    return TlsFiles(*files)
+        return TlsFiles(*files)
 
 
 GrpcTokenFile = Annotated[SecretFile | None, Field(

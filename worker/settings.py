@@ -13,7 +13,7 @@ from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_valid
 
 from sparkpoint import limits
 from sparkpoint.errors import shown
-from sparkpoint.secrets import SecretFile, TlsFiles
+from sparkpoint.secrets import SecretFile
 from sparkpoint.settings import (
     Address,
     CertificateFile,
@@ -21,17 +21,16 @@ from sparkpoint.settings import (
     GrpcTlsCaFile,
     GrpcTlsCertFile,
     GrpcTlsKeyFile,
+    GrpcTlsSettings,
     GrpcTokenFile,
     HealthMaxAge,
     LogDir,
     Milliseconds,
     Port,
     SavepointDir,
-    Settings,
     SettingsError,
     UserPath,
     WorkerCount,
-    grpc_tls,
 )
 
 _PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password", "pg_password_file", "pg_sslmode",
@@ -57,7 +56,7 @@ HEARTBEATS_PER_TIMEOUT = 3
 INDEX = "{index}"
 
 
-class WorkerSettings(Settings):
+class WorkerSettings(GrpcTlsSettings):
     program = "worker"
     _takes_over: bool = PrivateAttr(False)
 
@@ -242,16 +241,6 @@ class WorkerSettings(Settings):
             raise SettingsError("SP_WORKER_INDEX", f"must be below SP_WORKER_COUNT ({self.worker_count}), "
                                                    f"got {self.worker_index}")
         return self
-
-    @model_validator(mode="after")
-    def _grpc_tls_in_full(self) -> WorkerSettings:
-        grpc_tls(self)
-        return self
-
-    @property
-    def grpc_tls(self) -> TlsFiles | None:
-        """The files of gRPC's mutual TLS; None: plain text."""
-        return grpc_tls(self)
 
     @model_validator(mode="after")
     def _one_postgres_source(self) -> WorkerSettings:

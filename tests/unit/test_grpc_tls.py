@@ -171,3 +171,11 @@ def test_bad_tls_settings_name_the_variable(certificates, drop, swap, variable, 
     with pytest.raises(SettingsError) as raised:
         WorkerSettings.from_env(env)
     assert raised.value.variable == variable and needle in str(raised.value)
+
+
+def test_the_controller_checks_its_tls_files_in_full_too(certificates):
+    env = {"SP_API_AUTH": "none", "SP_GRPC_AUTH": "none", **tls_env(certificates, "controller")}
+    del env["SP_GRPC_TLS_CA_FILE"]
+    with pytest.raises(SettingsError) as raised:
+        ControllerSettings.from_env(env)
+    assert raised.value.variable == "SP_GRPC_TLS_CA_FILE" and "is required with" in str(raised.value)

@@ -123,8 +123,10 @@ class WorkerSettings(GrpcTlsSettings):
                     "under load (C1), while the records' parsing and writing get C2; `-XX:TieredStopAtLevel=4`: "
                     "the JVM's own thresholds, `-XX:TieredStopAtLevel=1`: C1 only (a third less throughput)")
     max_records_per_batch: int = Field(
-        200_000, ge=0, description="per-batch record cap on sources (`0` = none): it bounds the batches a "
-                                   "recovery replays, not a live stream; `from_log(max_records_per_batch=)` overrides")
+        1_000_000, ge=0, description="per-batch record cap on sources (`0` = none): it bounds the batches a "
+                                     "recovery replays (a few seconds of one worker's work), not a live "
+                                     "stream: at a 1 s trigger a worker takes up to this many records a second; "
+                                     "`from_log(max_records_per_batch=)` overrides")
     trigger_interval_ms: Milliseconds = Field(
         1000, ge=0, validation_alias="SP_TRIGGER_INTERVAL",
         description="micro-batch trigger interval, milliseconds, of queries whose sink publishes on checkpoint "

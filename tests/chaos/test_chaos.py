@@ -29,7 +29,7 @@ pytestmark = pytest.mark.chaos
 
 # The producer runs until a scenario ends; the log it wrote is the input:
 # 2,000 events/s, at the shipped defaults (1 s checkpoints and triggers,
-# 500 ms for upserts, 200,000-record cap). Only the controller's checkpoints
+# 500 ms for upserts, 1,000,000-record cap). Only the controller's checkpoints
 # and the workers' reports come faster, so the test sees progress sooner.
 SETTINGS = {
     "SP_CONTROLLER_CHECKPOINT_FREQ": "500", "SP_REPORT_INTERVAL": "500", "SP_PRODUCER_RATE": "2000",

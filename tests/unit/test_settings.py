@@ -135,7 +135,7 @@ def test_worker_defaults():
     assert s.log_dir == Path("var/log") and s.output_dir == Path("var/output")
     assert s.spark_master == "local[2,4]"
     assert s.shuffle_partitions == 1
-    assert s.max_records_per_batch == 200_000
+    assert s.max_records_per_batch == 1_000_000
     assert s.checkpoint_freq_ms == 1000
     assert s.trigger_interval_ms == 1000 and s.upsert_trigger_interval_ms == 500 and s.report_interval_ms == 1000
 

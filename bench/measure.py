@@ -102,6 +102,16 @@ def peak_cores(samples: list[tuple[float, int]], window_s: float) -> float:
     return best
 
 
+# -- memory: a container's cgroup, sampled -------------------------------------------------
+
+def memory_in_use(usage: int, stat: dict[str, int]) -> int:
+    """A container's memory as ``docker stats`` shows it: the cgroup's usage
+    minus its inactive page cache (file pages the kernel reclaims before it
+    would kill anything). ``stat``: memory.stat's counters (cgroup v1 names
+    them ``total_inactive_file``, v2 ``inactive_file``)."""
+    return usage - stat.get("total_inactive_file", stat.get("inactive_file", 0))
+
+
 # -- latency through an upsert sink ------------------------------------------------------
 
 def upsert_latencies(counts: dict[str, list[tuple[int, float]]], times: dict[str, list[float]],

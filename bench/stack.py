@@ -2,7 +2,8 @@
 checkpoints, lag and event -> sink latency (issue 12's targets; not part of
 the test suite).
 
-    .venv/bin/python bench/stack.py [--rate 200] [--seconds 60] [--settle 30] [--set SP_X=V ...]
+    .venv/bin/python bench/stack.py [--rate 200] [--seconds 60] [--settle 30] [--backlog EVENTS]
+        [--set SP_X=V ...]
 
 Builds the images (``make images``; cached) and pins the ones it built under a
 tag of its own, so a build from elsewhere cannot change them mid-run; starts
@@ -15,12 +16,20 @@ reads, as a ``.env`` file would); then samples for ``--seconds``:
 - CPU per container from its cgroup's cumulative usage (cpuacct, or the
   Docker stats API where that file is absent): mean cores, and the busiest
   10 s;
+- memory per container as ``docker stats`` shows it, its highest from the
+  stack's start to the end (sampled every 0.5 s), and restarts;
 - from the controller: each worker's checkpoints (durations from /history),
   dropped ones, rows processed, input lag (/status);
 - event -> visible latency, the producer's ``time`` stamp against when the
   bench first saw the event: in the files sink (published Parquet on the
   ``output`` volume; transactional) and in the ``vwap`` upsert table (a
   symbol's count reaching the event's rank).
+
+``--backlog N`` writes N events to the new log before the stack starts (the
+producer's code, without its CPU limit): the workers start into a replay of
+batches at the per-batch cap, as after a long outage. The bench then waits
+until both have read the log to its end (catch-up seconds and events/s)
+before the steps above.
 
 Then it stops the producer, waits until every worker has read the log to
 its end and published its last batch, and compares the input with both
@@ -46,7 +55,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.measure import cores_used, peak_cores, percentile, upsert_latencies  # noqa: E402
+from bench.measure import cores_used, memory_in_use, peak_cores, percentile, upsert_latencies  # noqa: E402
 from bench.report import publish_json, publish_table, unused_name  # noqa: E402
 from bench.throughput import parse_settings  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
@@ -82,6 +91,78 @@ class CpuMeter:
         if self.path.exists():
             return int(self.path.read_text())
         return self.container.stats(stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"]
+
+
+class MemoryMeter:
+    """One container's memory in use, as ``docker stats`` shows it."""
+
+    def __init__(self, container) -> None:
+        self.container = container
+        self.directory = Path(f"/sys/fs/cgroup/memory/docker/{container.id}")
+        self.limit = container.attrs["HostConfig"]["Memory"]
+
+    def read(self) -> int:
+        if self.directory.exists():
+            usage = int((self.directory / "memory.usage_in_bytes").read_text())
+            stat = dict(line.split() for line in (self.directory / "memory.stat").read_text().splitlines())
+            return memory_in_use(usage, {key: int(value) for key, value in stat.items()})
+        memory = self.container.stats(stream=False, one_shot=True)["memory_stats"]
+        return memory_in_use(memory["usage"], memory.get("stats", {}))
+
+
+class MemoryPeaks:
+    """Samples every container's memory every ``interval_s`` in a thread of
+    its own, from ``start()`` to ``stop()``; keeps each one's highest."""
+
+    def __init__(self, meters: dict[str, MemoryMeter], interval_s: float = 0.5) -> None:
+        self.meters = meters
+        self.interval_s = interval_s
+        self.peaks = dict.fromkeys(meters, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        return self.peaks
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for name, meter in self.meters.items():
+                try:
+                    self.peaks[name] = max(self.peaks[name], meter.read())
+                except (FileNotFoundError, KeyError):
+                    pass            # a container between a crash and its restart
+
+
+def write_backlog(stack: ComposeStack, tag: str, events: int) -> None:
+    """``events`` trades appended to the stack's (new) event log before
+    anything reads it: the producer's own code, run once without the
+    service's CPU limit and as fast as it goes."""
+    stack.compose("up", "--no-start")       # creates the volumes
+    stack.client.containers.run(
+        f"sparkpoint-controller:{tag}", ["python", "-m", "sparkpoint.producer"], remove=True, network_mode="none",
+        environment={"SP_PRODUCER_RATE": "1000000", "SP_PRODUCER_COUNT": str(events)},
+        volumes={f"{stack.project}_eventlog": {"bind": "/var/lib/sparkpoint/log", "mode": "rw"}})
+
+
+def caught_up(stack: ComposeStack, polls: list[tuple[float, dict]]) -> bool:
+    """Both workers run and have read the log to its end; notes the poll."""
+    status = stack.status()
+    polls.append((time.monotonic(), status))
+    workers = status.get("workers", [])
+    return len(workers) == 2 and all(w["state"] == "running" and w["lag_bytes"] == 0 for w in workers)
+
+
+def catch_up(polls: list[tuple[float, dict]], started: float, events: int) -> dict:
+    """Seconds from the stack's start to both workers at the log's end, and
+    the backlog's events/s from the first processed row on."""
+    first = next(at for at, status in polls if sum(w["rows_processed"] for w in status.get("workers", [])) > 0)
+    done = polls[-1][0]
+    return {"events": events, "seconds": done - started, "events_per_s": events / (done - first)}
 
 
 def volume_path(stack: ComposeStack, volume: str) -> Path:
@@ -236,13 +317,20 @@ def vwap_verdict(differences: list[str]) -> str:
 
 def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float]], once: dict,
           overrides: dict[str, str]) -> list[str]:
-    cpu = summary["cpu"]
+    cpu, memory = summary["cpu"], summary["memory"]
+    backlog = summary.get("backlog")
     lines = [f"# The default compose stack at {args.rate:,} events/s ({args.seconds} s sampled after "
              f"{args.settle} s settling, 2 cores)", "", f"Command: `{' '.join(sys.argv)}`", "",
-             f"Settings overridden: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}", "",
-             "| container | cores (mean) | cores (busiest 10 s) |", "|---|---|---|"]
-    lines += [f"| {name} | {c['cores']:.2f} | {c['peak_10s']:.2f} |" for name, c in cpu.items()]
-    lines.append(f"| **total** | **{sum(c['cores'] for c in cpu.values()):.2f}** | |")
+             f"Settings overridden: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}", ""]
+    if backlog:
+        lines += [f"Backlog: {backlog['events']:,} events in the log before the stack started. Both workers "
+                  f"had read it {backlog['seconds']:.0f} s after `up`: {backlog['events_per_s']:,.0f} events/s "
+                  "from the first processed row.", ""]
+    lines += ["| container | cores (mean) | cores (busiest 10 s) | memory, highest (MiB) | limit (MiB) | restarts |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {c['cores']:.2f} | {c['peak_10s']:.2f} | {memory[name]['peak'] / 2**20:,.0f} "
+              f"| {memory[name]['limit'] / 2**20:,.0f} | {memory[name]['restarts']} |" for name, c in cpu.items()]
+    lines.append(f"| **total** | **{sum(c['cores'] for c in cpu.values()):.2f}** | | | | |")
     lines += ["", "| worker | rows/s | checkpoints | dropped | failed | ckpt p50 / p99 (ms) | lag bytes first / last "
               "/ max | registrations |", "|---|---|---|---|---|---|---|---|"]
     for wid, w in summary["workers"].items():
@@ -270,6 +358,8 @@ def main() -> None:
     parser.add_argument("--settle", type=int, default=30, help="seconds after both workers run with a checkpoint")
     parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
                         help="a variable docker-compose.yml reads (repeatable)")
+    parser.add_argument("--backlog", type=int, default=0, metavar="EVENTS",
+                        help="events in the log before the stack starts (a recovery's replay, at the per-batch cap)")
     args = parser.parse_args()
     overrides = parse_settings(args.set)
     subprocess.run(["make", "images"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
@@ -277,8 +367,19 @@ def main() -> None:
     pin_images(tag)
     stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {**overrides, "SP_PRODUCER_RATE": str(args.rate),
                                                              "SP_IMAGE_TAG": tag}, free_port())
+    backlog = None
     try:
+        if args.backlog:
+            write_backlog(stack, tag, args.backlog)
         stack.up(*SERVICES)
+        up_at = time.monotonic()
+        memory = MemoryPeaks({name: MemoryMeter(stack.container(name)) for name in SERVICES})
+        memory.start()
+        if args.backlog:
+            polls: list[tuple[float, dict]] = []
+            wait_until(lambda: caught_up(stack, polls), timeout_s=1800, what="both workers through the backlog",
+                       interval_s=1)
+            backlog = catch_up(polls, up_at, args.backlog)
         wait_until(lambda: steady(stack), timeout_s=600, what="both workers running with a checkpoint, the standby ready",
                    interval_s=1)
         time.sleep(args.settle)     # let the start-up backlog drain before measuring
@@ -294,15 +395,20 @@ def main() -> None:
         history = get_json(stack.status_url.replace("/status", "/history"), stack.api_token)
         times = event_times(volume_path(stack, "eventlog") / "trades")
         once = exactly_once(stack)
+        peaks = memory.stop()
+        memory_summary = {name: {"peak": peaks[name], "limit": meter.limit, "restarts": stack.restart_count(name)}
+                          for name, meter in memory.meters.items()}
     finally:
         stack.down()
         unpin_images(tag)
-    summary = summarise(samples, history)
+    summary = {**summarise(samples, history), "memory": memory_summary, "backlog": backlog}
     latency = {"files (transactional)": sampler.files_latency,
                "PostgreSQL upsert (vwap)": upsert_latencies(sampler.counts, times, started, samples["statuses"][-1][0])}
-    name = unused_name(f"stack-{args.rate}-{time.strftime('%Y-%m-%d')}")
+    kind = f"stack-{args.rate}" + (f"-backlog-{args.backlog}" if args.backlog else "")
+    name = unused_name(f"{kind}-{time.strftime('%Y-%m-%d')}")
     publish_table(name, table(args, summary, latency, once, overrides))
-    publish_json(name, {"rate": args.rate, "seconds": args.seconds, "settle": args.settle, "overrides": overrides,
+    publish_json(name, {"rate": args.rate, "seconds": args.seconds, "settle": args.settle, "backlog": args.backlog,
+                        "overrides": overrides,
                         "summary": summary,
                         "latency": {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v),
                                         "mean": statistics.fmean(v) if v else None} for k, v in latency.items()},

@@ -1,5 +1,5 @@
 """The benchmarks' arithmetic (bench/measure.py): rates from Spark's progress
-and from polled status, CPU from cumulative usage, upsert latencies."""
+and from polled status, CPU from cumulative usage, memory in use, upsert latencies."""
 
 import math
 
@@ -8,6 +8,7 @@ import pytest
 from bench.measure import (
     StatusPoll,
     cores_used,
+    memory_in_use,
     peak_cores,
     percentile,
     polled_rate,
@@ -76,3 +77,9 @@ def test_upsert_latency_is_when_the_count_first_covered_each_events_rank():
     # A's 1st event is before `since`; its 4th and B's 2nd were never counted: left out.
     assert sorted(upsert_latencies(counts, times, since=5.0)) == pytest.approx([0.5, 0.5, 1.0])
     assert upsert_latencies(counts, times, since=5.0, until=10.0) == pytest.approx([1.0])
+
+
+def test_memory_in_use_leaves_out_the_inactive_page_cache_as_docker_stats_does():
+    assert memory_in_use(1000, {"total_inactive_file": 300, "total_rss": 600}) == 700     # cgroup v1
+    assert memory_in_use(1000, {"inactive_file": 200, "anon": 700}) == 800                 # cgroup v2
+    assert memory_in_use(1000, {}) == 1000

@@ -1,14 +1,16 @@
 """Throughput of the example pipeline, Sparkpoint against plain PySpark, side
 by side in one run (issue 12's targets; not part of the test suite).
 
-    .venv/bin/python bench/throughput.py [--events 2000000] [--rounds 3] [--set SP_X=V ...]
+    .venv/bin/python bench/throughput.py [--events 4000000] [--rounds 3] [--batch N] [--set SP_X=V ...]
 
 The input, ``--events`` trades in the producer's format (an event log of 4
 partitions, as sparkpoint/producer.py writes it) and the same lines as JSON
 files, is written once into ``--cache``. Then, round by round, the variants
 run one after the other, each on a fresh JVM and fresh checkpoints:
 
-- ``spark``: plain PySpark, Spark's JSON file source (bench/spark_baseline.py);
+- ``spark``: plain PySpark, Spark's JSON file source (bench/spark_baseline.py),
+  batches of about ``--batch`` events (default: the worker's shipped per-batch
+  cap, so both sides get batches as large; at most a fifth of the input);
 - ``spark-logsource``: the same through Sparkpoint's event log source;
 - ``sparkpoint``: a controller and one worker (pipelines/trades.py) at the
   worker's shipped defaults, except checkpoints every 1 s (``--set``
@@ -16,7 +18,8 @@ run one after the other, each on a fresh JVM and fresh checkpoints:
 - ``sparkpoint-nockpt``: the same with checkpoints disabled (SP_CHECKPOINT_FREQ=0).
 
 Events/s are counted after start-up: from the end of the first batch with
-rows to the last event processed by every query (Spark: from its query
+rows (so the input must hold several of the worker's batches: 4 of them by
+default) to the last event processed by every query (Spark: from its query
 progress; Sparkpoint: polling the controller's /status, ``--poll`` apart). A
 run still going after ``--limit`` seconds of processing is measured up to
 there (marked partial). Checkpoint durations come from the controller's
@@ -44,6 +47,7 @@ from sparkpoint.devstack import REPO, LocalStack, StackConfig, free_port  # noqa
 from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
 from sparkpoint.producer import write_trades  # noqa: E402
 from tests.support import get_json, log_tails  # noqa: E402
+from worker.settings import WorkerSettings  # noqa: E402
 
 VARIANTS = ("spark", "spark-logsource", "sparkpoint", "sparkpoint-nockpt")
 PARTITIONS = 4              # the producer's default
@@ -183,12 +187,13 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--events", type=int, default=4_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
                         help="a worker setting for the Sparkpoint variants (repeatable)")
-    parser.add_argument("--batch", type=int, default=200_000, help="Spark variants: about this many events a batch")
+    parser.add_argument("--batch", type=int, default=WorkerSettings.model_fields["max_records_per_batch"].default,
+                        help="Spark variants: about this many events a batch (default: the worker's shipped cap)")
     parser.add_argument("--limit", type=float, default=300, help="seconds of processing before a run is cut")
     parser.add_argument("--poll", type=float, default=0.1, help="seconds between /status polls")
     parser.add_argument("--cache", type=Path, default=REPO / "var" / "bench-cache", help="where the input is kept")

@@ -102,6 +102,45 @@ def peak_cores(samples: list[tuple[float, int]], window_s: float) -> float:
     return best
 
 
+# -- CPU by thread: where a worker's time goes -------------------------------------------
+
+# What the worker JVM's threads do, by the start of their names as /proc shows
+# them (15 characters at most); the first match wins.
+THREAD_GROUPS = (
+    ("stream executio", "query threads (planning, offsets, commits)"),
+    ("Executor task", "tasks"),
+    ("dag-scheduler", "scheduling"),
+    ("task-result-get", "scheduling"),
+    ("dispatcher-", "scheduling"),
+    ("C1 CompilerThre", "JIT compiler"),
+    ("C2 CompilerThre", "JIT compiler"),
+    ("GC Thread", "garbage collector"),
+    ("G1 ", "garbage collector"),
+    ("spark-listener-", "listeners"),
+    ("element-trackin", "listeners"),
+)
+OTHER_JVM = "JVM, other threads"
+
+
+def thread_group(process: str, thread: str) -> str:
+    """The group of a thread of a worker container's process (``comm`` of each)."""
+    if process != "java":
+        return "Python" if process.startswith("python") else "other processes"
+    return next((group for prefix, group in THREAD_GROUPS if thread.startswith(prefix)), OTHER_JVM)
+
+
+def cpu_by_group(before: dict[tuple, tuple[str, str, int]], after: dict[tuple, tuple[str, str, int]],
+                 ticks_per_s: int, seconds: float) -> dict[str, float]:
+    """Cores per ``thread_group`` between two snapshots of ``{thread id: (process,
+    thread, cumulative CPU ticks)}``; a thread that started in between counts from 0."""
+    cores: dict[str, float] = {}
+    for key, (process, thread, ticks) in after.items():
+        used = ticks - before.get(key, (process, thread, 0))[2]
+        group = thread_group(process, thread)
+        cores[group] = cores.get(group, 0.0) + used / ticks_per_s / seconds
+    return dict(sorted(cores.items(), key=lambda item: -item[1]))
+
+
 # -- memory: a container's cgroup, sampled -------------------------------------------------
 
 def memory_in_use(usage: int, stat: dict[str, int]) -> int:

@@ -16,6 +16,9 @@ reads, as a ``.env`` file would); then samples for ``--seconds``:
 - CPU per container from its cgroup's cumulative usage (cpuacct, or the
   Docker stats API where that file is absent): mean cores, and the busiest
   10 s;
+- CPU per thread of each worker container (its JVM's threads by what they
+  do: query threads, tasks, scheduling, JIT, GC, listeners; its Python),
+  from the host's /proc;
 - memory per container as ``docker stats`` shows it, its highest from the
   stack's start to the end (sampled every 0.5 s), and restarts;
 - from the controller: each worker's checkpoints (durations from /history),
@@ -45,6 +48,7 @@ tears the stack down (volumes included).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -55,7 +59,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.measure import cores_used, memory_in_use, peak_cores, percentile, upsert_latencies  # noqa: E402
+from bench.measure import (  # noqa: E402
+    cores_used,
+    cpu_by_group,
+    memory_in_use,
+    peak_cores,
+    percentile,
+    upsert_latencies,
+)
 from bench.report import publish_json, publish_table, unused_name  # noqa: E402
 from bench.throughput import parse_settings  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
@@ -64,6 +75,7 @@ from tests.support import all_published, get_json, vwap_differences, wait_until 
 from worker.publishing.targets.files import published_files  # noqa: E402
 
 IMAGES = ("controller", "worker", "postgres")
+WORKERS = ("worker-0", "worker-1")
 SERVICES = ("controller", "worker-0", "worker-1", "standby", "producer", "postgres")
 _TICKS = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}
 
@@ -91,6 +103,24 @@ class CpuMeter:
         if self.path.exists():
             return int(self.path.read_text())
         return self.container.stats(stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"]
+
+
+def thread_ticks(container) -> dict[tuple[str, str], tuple[str, str, int]]:
+    """CPU ticks of every thread of the container's processes, read from the
+    host's /proc: ``{(pid, tid): (process name, thread name, ticks)}``."""
+    snapshot = {}
+    for row in container.top(ps_args="-eo pid")["Processes"]:
+        pid = row[0]
+        try:
+            process = Path(f"/proc/{pid}/comm").read_text().strip()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                stat = (task / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                snapshot[(pid, task.name)] = (process, stat[stat.index("(") + 1:stat.rindex(")")],
+                                              int(fields[11]) + int(fields[12]))
+        except FileNotFoundError:
+            continue        # a process or thread that ended meanwhile
+    return snapshot
 
 
 class MemoryMeter:
@@ -253,7 +283,10 @@ def steady(stack: ComposeStack) -> bool:
 def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter]) -> dict:
     cpu: dict[str, list[tuple[float, int]]] = {name: [] for name in meters}
     statuses: list[tuple[float, dict]] = []
-    end = time.monotonic() + seconds
+    workers = {name: stack.container(name) for name in WORKERS}
+    threads = {name: thread_ticks(container) for name, container in workers.items()}
+    started = time.monotonic()
+    end = started + seconds
     while True:
         now = time.monotonic()
         for name, meter in meters.items():
@@ -262,7 +295,10 @@ def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter]) -> 
         if now >= end:
             break
         time.sleep(min(1.0, max(0.0, end - now)))   # the sampling period
-    return {"cpu": cpu, "statuses": statuses}
+    elapsed = time.monotonic() - started
+    by_thread = {name: cpu_by_group(threads[name], thread_ticks(container), os.sysconf("SC_CLK_TCK"), elapsed)
+                 for name, container in workers.items()}
+    return {"cpu": cpu, "statuses": statuses, "threads": by_thread}
 
 
 def drained(status: dict) -> bool:
@@ -299,7 +335,7 @@ def summarise(samples: dict, history: dict) -> dict:
             "lag_bytes": {"first": lags[0], "last": lags[-1], "max": max(lags)},
             "registrations": w1["registrations"],
         }
-    return {"cpu": cpu, "workers": workers}
+    return {"cpu": cpu, "workers": workers, "threads": samples["threads"]}
 
 
 def listed(ids: list) -> str:
@@ -331,6 +367,13 @@ def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float
     lines += [f"| {name} | {c['cores']:.2f} | {c['peak_10s']:.2f} | {memory[name]['peak'] / 2**20:,.0f} "
               f"| {memory[name]['limit'] / 2**20:,.0f} | {memory[name]['restarts']} |" for name, c in cpu.items()]
     lines.append(f"| **total** | **{sum(c['cores'] for c in cpu.values()):.2f}** | | | | |")
+    threads = summary["threads"]
+    groups = sorted({group for cores in threads.values() for group in cores},
+                    key=lambda group: -sum(cores.get(group, 0.0) for cores in threads.values()))
+    lines += ["", "Where the workers' CPU went (cores, by thread, over the window):", "",
+              f"| threads | {' | '.join(threads)} |", f"|---|{'---|' * len(threads)}"]
+    lines += [f"| {group} | {' | '.join(f'{cores.get(group, 0.0):.3f}' for cores in threads.values())} |"
+              for group in groups]
     lines += ["", "| worker | rows/s | checkpoints | dropped | failed | ckpt p50 / p99 (ms) | lag bytes first / last "
               "/ max | registrations |", "|---|---|---|---|---|---|---|---|"]
     for wid, w in summary["workers"].items():

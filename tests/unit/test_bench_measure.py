@@ -1,5 +1,6 @@
 """The benchmarks' arithmetic (bench/measure.py): rates from Spark's progress
-and from polled status, CPU from cumulative usage, memory in use, upsert latencies."""
+and from polled status, CPU from cumulative usage and by thread, memory in use,
+upsert latencies."""
 
 import math
 
@@ -8,11 +9,13 @@ import pytest
 from bench.measure import (
     StatusPoll,
     cores_used,
+    cpu_by_group,
     memory_in_use,
     peak_cores,
     percentile,
     polled_rate,
     spark_rate,
+    thread_group,
     upsert_latencies,
 )
 
@@ -83,3 +86,22 @@ def test_memory_in_use_leaves_out_the_inactive_page_cache_as_docker_stats_does()
     assert memory_in_use(1000, {"total_inactive_file": 300, "total_rss": 600}) == 700     # cgroup v1
     assert memory_in_use(1000, {"inactive_file": 200, "anon": 700}) == 800                 # cgroup v2
     assert memory_in_use(1000, {}) == 1000
+
+
+def test_thread_groups_name_what_a_worker_jvm_thread_does():
+    assert thread_group("java", "stream executio") == "query threads (planning, offsets, commits)"
+    assert thread_group("java", "Executor task l") == "tasks"
+    assert thread_group("java", "C2 CompilerThre") == thread_group("java", "C1 CompilerThre") == "JIT compiler"
+    assert thread_group("java", "G1 Conc#0") == thread_group("java", "GC Thread#1") == "garbage collector"
+    assert thread_group("java", "VM Thread") == "JVM, other threads"
+    assert thread_group("python", "event_engine") == "Python"
+    assert thread_group("docker-init", "docker-init") == "other processes"
+
+
+def test_cpu_by_group_sums_each_groups_threads_and_counts_new_threads_from_zero():
+    before = {(1, 1): ("java", "Executor task l", 100), (1, 2): ("java", "Executor task i", 50),
+              (2, 2): ("python", "python", 10)}
+    after = {(1, 1): ("java", "Executor task l", 300), (1, 2): ("java", "Executor task i", 50),
+             (1, 3): ("java", "C2 CompilerThre", 100), (2, 2): ("python", "python", 110)}
+    # 100 ticks a second, over 2 s: 200 ticks of tasks are 1 core.
+    assert cpu_by_group(before, after, 100, 2.0) == {"tasks": 1.0, "JIT compiler": 0.5, "Python": 0.5}

@@ -122,6 +122,14 @@ THREAD_GROUPS = (
 OTHER_JVM = "JVM, other threads"
 
 
+def thread_stat(stat: str) -> tuple[str, int]:
+    """A thread's name and CPU ticks (user + system) from its
+    ``/proc/<pid>/task/<tid>/stat`` line (the name, in parentheses, may hold
+    spaces and parentheses itself)."""
+    fields = stat[stat.rindex(")") + 2:].split()
+    return stat[stat.index("(") + 1:stat.rindex(")")], int(fields[11]) + int(fields[12])
+
+
 def thread_group(process: str, thread: str) -> str:
     """The group of a thread of a worker container's process (``comm`` of each)."""
     if process != "java":

@@ -65,6 +65,7 @@ from bench.measure import (  # noqa: E402
     memory_in_use,
     peak_cores,
     percentile,
+    thread_stat,
     upsert_latencies,
 )
 from bench.report import publish_json, publish_table, unused_name  # noqa: E402
@@ -105,7 +106,7 @@ class CpuMeter:
         return self.container.stats(stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"]
 
 
-def thread_ticks(container) -> dict[tuple[str, str], tuple[str, str, int]]:
+def container_threads(container) -> dict[tuple[str, str], tuple[str, str, int]]:
     """CPU ticks of every thread of the container's processes, read from the
     host's /proc: ``{(pid, tid): (process name, thread name, ticks)}``."""
     snapshot = {}
@@ -114,10 +115,7 @@ def thread_ticks(container) -> dict[tuple[str, str], tuple[str, str, int]]:
         try:
             process = Path(f"/proc/{pid}/comm").read_text().strip()
             for task in Path(f"/proc/{pid}/task").iterdir():
-                stat = (task / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
-                snapshot[(pid, task.name)] = (process, stat[stat.index("(") + 1:stat.rindex(")")],
-                                              int(fields[11]) + int(fields[12]))
+                snapshot[(pid, task.name)] = (process, *thread_stat((task / "stat").read_text()))
         except FileNotFoundError:
             continue        # a process or thread that ended meanwhile
     return snapshot
@@ -284,7 +282,7 @@ def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter]) -> 
     cpu: dict[str, list[tuple[float, int]]] = {name: [] for name in meters}
     statuses: list[tuple[float, dict]] = []
     workers = {name: stack.container(name) for name in WORKERS}
-    threads = {name: thread_ticks(container) for name, container in workers.items()}
+    threads = {name: container_threads(container) for name, container in workers.items()}
     started = time.monotonic()
     end = started + seconds
     while True:
@@ -296,7 +294,7 @@ def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter]) -> 
             break
         time.sleep(min(1.0, max(0.0, end - now)))   # the sampling period
     elapsed = time.monotonic() - started
-    by_thread = {name: cpu_by_group(threads[name], thread_ticks(container), os.sysconf("SC_CLK_TCK"), elapsed)
+    by_thread = {name: cpu_by_group(threads[name], container_threads(container), os.sysconf("SC_CLK_TCK"), elapsed)
                  for name, container in workers.items()}
     return {"cpu": cpu, "statuses": statuses, "threads": by_thread}
 

@@ -46,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "pipelines")]
 
+from bench.measure import thread_stat  # noqa: E402
 from bench.report import publish_json, publish_table, unused_name  # noqa: E402
 
 VARIANTS = {
@@ -63,11 +64,9 @@ def thread_ticks(pid: int) -> tuple[int, int]:
     total = compiler = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            stat = (task / "stat").read_text()
+            name, ticks = thread_stat((task / "stat").read_text())
         except FileNotFoundError:
             continue        # a thread that ended meanwhile
-        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        ticks = int(fields[11]) + int(fields[12])
         total += ticks
         compiler += ticks if "Compiler" in name else 0
     return total, compiler

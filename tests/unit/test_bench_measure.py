@@ -16,6 +16,7 @@ from bench.measure import (
     polled_rate,
     spark_rate,
     thread_group,
+    thread_stat,
     upsert_latencies,
 )
 
@@ -105,3 +106,9 @@ def test_cpu_by_group_sums_each_groups_threads_and_counts_new_threads_from_zero(
              (1, 3): ("java", "C2 CompilerThre", 100), (2, 2): ("python", "python", 110)}
     # 100 ticks a second, over 2 s: 200 ticks of tasks are 1 core.
     assert cpu_by_group(before, after, 100, 2.0) == {"tasks": 1.0, "JIT compiler": 0.5, "Python": 0.5}
+
+
+def test_thread_stat_reads_the_name_and_user_plus_system_ticks():
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+    line = "4242 (C2 (Compiler) ) S 1 1 1 0 -1 4194368 10 0 0 0 150 25 0 0 20 0 40 0"
+    assert thread_stat(line) == ("C2 (Compiler) ", 175)

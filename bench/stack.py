@@ -188,9 +188,10 @@ def caught_up(stack: ComposeStack, polls: list[tuple[float, dict]]) -> bool:
 def catch_up(polls: list[tuple[float, dict]], started: float, events: int) -> dict:
     """Seconds from the stack's start to both workers at the log's end, and
     the backlog's events/s from the first processed row on."""
-    first = next(at for at, status in polls if sum(w["rows_processed"] for w in status.get("workers", [])) > 0)
     done = polls[-1][0]
-    return {"events": events, "seconds": done - started, "events_per_s": events / (done - first)}
+    first = next(at for at, status in polls if sum(w["rows_processed"] for w in status.get("workers", [])) > 0)
+    return {"events": events, "seconds": done - started,
+            "events_per_s": events / (done - first) if done > first else float("nan")}
 
 
 def volume_path(stack: ComposeStack, volume: str) -> Path:

@@ -104,6 +104,7 @@ def peak_cores(samples: list[tuple[float, int]], window_s: float) -> float:
 
 # -- CPU by thread: where a worker's time goes -------------------------------------------
 
+JIT = "JIT compiler"
 # What the worker JVM's threads do, by the start of their names as /proc shows
 # them (15 characters at most); the first match wins.
 THREAD_GROUPS = (
@@ -112,8 +113,8 @@ THREAD_GROUPS = (
     ("dag-scheduler", "scheduling"),
     ("task-result-get", "scheduling"),
     ("dispatcher-", "scheduling"),
-    ("C1 CompilerThre", "JIT compiler"),
-    ("C2 CompilerThre", "JIT compiler"),
+    ("C1 CompilerThre", JIT),
+    ("C2 CompilerThre", JIT),
     ("GC Thread", "garbage collector"),
     ("G1 ", "garbage collector"),
     ("spark-listener-", "listeners"),

@@ -353,7 +353,7 @@ def vwap_verdict(differences: list[str]) -> str:
 def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float]], once: dict,
           overrides: dict[str, str]) -> list[str]:
     cpu, memory = summary["cpu"], summary["memory"]
-    backlog = summary.get("backlog")
+    backlog = summary["backlog"]
     lines = [f"# The default compose stack at {args.rate:,} events/s ({args.seconds} s sampled after "
              f"{args.settle} s settling, 2 cores)", "", f"Command: `{' '.join(sys.argv)}`", "",
              f"Settings overridden: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}", ""]

@@ -46,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "pipelines")]
 
-from bench.measure import thread_stat  # noqa: E402
+from bench.measure import JIT, thread_group, thread_stat  # noqa: E402
 from bench.report import publish_json, publish_table, unused_name  # noqa: E402
 
 VARIANTS = {
@@ -68,7 +68,7 @@ def thread_ticks(pid: int) -> tuple[int, int]:
         except FileNotFoundError:
             continue        # a thread that ended meanwhile
         total += ticks
-        compiler += ticks if "Compiler" in name else 0
+        compiler += ticks if thread_group("java", name) == JIT else 0
     return total, compiler
 
 

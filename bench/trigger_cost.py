@@ -15,9 +15,9 @@ processing-time trigger:
 |---|---|---|
 | spark-noop | plain PySpark (bench/spark_baseline.py's) | source -> enrich -> Spark's ``noop`` sink: a micro-batch and nothing else |
 | spark-parquet | plain PySpark | source -> enrich -> Spark's Parquet file sink |
-| sparkpoint-staged | the worker's (worker.runtime.session, default settings) | source -> enrich -> ``foreachBatch(BatchStager)``: the worker's files and PostgreSQL sinks |
+| sparkpoint-staged | the worker's (worker.runtime.session, default settings) | the worker's query (worker.runtime.queries.start_branch): source -> enrich -> ``foreachBatch(BatchStager)``, the worker's files and PostgreSQL sinks |
 | spark-aggregate | plain PySpark | source -> per-symbol VWAP, complete -> ``foreachBatch`` Parquet overwrite |
-| sparkpoint-aggregate | the worker's | source -> per-symbol VWAP, complete -> ``foreachBatch(BatchStager)`` |
+| sparkpoint-aggregate | the worker's | the worker's query: source -> per-symbol VWAP, complete -> ``foreachBatch(BatchStager)`` |
 
 The source is Sparkpoint's event log in every variant (Spark's file
 sources cannot tail a growing file). After ``--warm`` seconds each variant
@@ -72,22 +72,41 @@ def thread_ticks(pid: int) -> tuple[int, int]:
     return total, compiler
 
 
+def sparkpoint_query(variant: str, root: Path, trigger_ms: int, java_options: str):
+    """The worker's own query (worker.runtime.queries.start_branch) over the
+    log at ``root``: as the worker plans it, staged by the worker's stager."""
+    from trading import TRADE_SCHEMA, VWAP_AGGREGATIONS, enrich
+
+    from worker import api as sp
+    from worker.runtime.queries import start_branch
+    from worker.runtime.session import driver_java_options, start_session
+    from worker.settings import WorkerSettings
+
+    settings = WorkerSettings.model_construct(worker_id="bench", log_dir=root, trigger_interval_ms=trigger_ms,
+                                              upsert_trigger_interval_ms=trigger_ms)
+    spark = start_session(settings, java_options=f"{driver_java_options(settings)} {java_options}".strip())
+    trades = sp.read.from_log("log", schema=TRADE_SCHEMA, name="trades")
+    if variant.endswith("aggregate"):
+        branch = trades | sp.aggregate("sym", VWAP_AGGREGATIONS, name="vwap") | sp.write.to_files("out", name="out")
+    else:
+        branch = trades | sp.map(enrich, name="enrich") | sp.write.to_files("out", name="out")
+    (branch,) = sp.Pipeline.of(branch).branches
+    (root / "out").mkdir()
+    return spark, start_branch(spark, branch, settings, root / "queries", {"out": root / "out"})
+
+
 def query(variant: str, root: Path, trigger_ms: int, java_options: str = ""):
     """The variant's streaming query, started; ``java_options`` added to a
     Sparkpoint variant's JVM options."""
+    if variant.startswith("sparkpoint-"):
+        return sparkpoint_query(variant, root, trigger_ms, java_options)
     from pyspark.sql import functions as F
     from trading import TRADE_SCHEMA, VWAP_AGGREGATIONS, enrich
 
+    from bench.spark_baseline import session
     from worker.sources.log_source import read_log
 
-    if variant.startswith("spark-"):
-        from bench.spark_baseline import session
-        spark = session()
-    else:
-        from worker.runtime.session import driver_java_options, start_session
-        from worker.settings import WorkerSettings
-        settings = WorkerSettings.model_construct(worker_id="bench")
-        spark = start_session(settings, java_options=f"{driver_java_options(settings)} {java_options}".strip())
+    spark = session()
     df = read_log(spark, root / "log", TRADE_SCHEMA)
     if variant.endswith("aggregate"):
         df = df.groupBy("sym").agg(*(F.expr(expr).alias(column) for column, expr in VWAP_AGGREGATIONS.items()))
@@ -101,11 +120,8 @@ def query(variant: str, root: Path, trigger_ms: int, java_options: str = ""):
         writer = writer.format("noop")
     elif variant == "spark-parquet":
         writer = writer.format("parquet").option("path", str(root / "out"))
-    elif variant == "spark-aggregate":
-        writer = writer.foreachBatch(lambda batch, _: batch.write.mode("overwrite").parquet(str(root / "out")))
     else:
-        from worker.sinks.staging import BatchStager
-        writer = writer.foreachBatch(BatchStager(root / "out"))
+        writer = writer.foreachBatch(lambda batch, _: batch.write.mode("overwrite").parquet(str(root / "out")))
     return spark, writer.start()
 
 

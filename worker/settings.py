@@ -114,7 +114,8 @@ class WorkerSettings(GrpcTlsSettings):
                                   "cluster to scale a worker out")
     shuffle_partitions: int = Field(
         1, ge=1, description="`spark.sql.shuffle.partitions` (fixed for a query's lifetime; one worker's state is "
-                             "small: more partitions mean more tasks and state files every batch)")
+                             "small: more partitions mean more tasks and state files every batch). At `1` a stateful "
+                             "node's input is coalesced to one partition: no shuffle before its state store")
     java_options: str = Field(
         C2_FOR_HOT_CODE_ONLY, validation_alias="SP_JAVA_OPTIONS",
         description="options of the worker's Spark JVM (`spark.driver.extraJavaOptions`, after those that map "

@@ -6,6 +6,8 @@ Hadoop configuration without YARN's defaults (``jvm/``)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -81,6 +83,10 @@ def test_two_queries_started_together_stage_every_event(tmp_path):
             query.awaitTermination(300)
             assert query.exception() is None and not query.isActive
         assert all(query.lastProgress is not None for query in queries)
+        # One shuffle partition (the default): the aggregate's batches are one
+        # stage, with no shuffle before its state store.
+        plans = {query.name: query._jsq.streamingQuery().lastExecution().executedPlan().toString() for query in queries}
+        assert "StateStoreSave" in plans["b_out"] and "Exchange" not in plans["b_out"]
         # The listener saw both queries start, read every event and end (its
         # events arrive on Spark's listener thread, after the queries ended).
         ended = wait_until(lambda: all_ended(tracker, 2), timeout_s=60,
@@ -96,6 +102,9 @@ def test_two_queries_started_together_stage_every_event(tmp_path):
     assert all(path.suffix == ".parquet" and pq.read_metadata(path).num_rows for path in files)
     staged = [i for path in files for i in pq.read_table(path).column("id").to_pylist()]
     assert sorted(staged) == sorted(event["id"] for event in events)
+    # The aggregate's last batch (complete mode) counts every event by symbol.
+    last = pq.read_table(sorted(staging["b_out"].glob("b*"))[-1]).to_pylist()
+    assert {row["sym"]: row["n"] for row in last} == Counter(event["sym"] for event in events)
 
 def test_sparks_ui_serves_the_worker_on_the_port_asked_for(tmp_path):
     port = free_port()

@@ -77,6 +77,15 @@ def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | 
                     max_records_per_batch=cap)
 
 
+def single_partition(df: DataFrame, node: Node, settings: WorkerSettings) -> DataFrame:
+    """A stateful node's input, in one partition when its state has one
+    (``SP_SHUFFLE_PARTITIONS=1``): Spark then plans no shuffle before the
+    state store, so each batch of the query is one stage, not a map stage
+    writing shuffle files and a reduce stage reading them. The state is the
+    same (one partition, keyed alike): checkpoints restore either way."""
+    return df.coalesce(1) if node.is_stateful and settings.shuffle_partitions == 1 else df
+
+
 def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, query_root: Path,
                  staging: dict[str, Path], cap: int | None = None) -> StreamingQuery:
     """``cap``: records per batch, whatever the settings and pipeline say (a rehearsal's)."""
@@ -84,7 +93,7 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
     source, *transforms, sink = branch.nodes
     df = _read(spark, source, settings, cap)
     for node in transforms:
-        df = apply_node(df, node)
+        df = apply_node(single_partition(df, node, settings), node)
     writer = (
         df.writeStream.queryName(name)
         .outputMode(output_mode(branch))

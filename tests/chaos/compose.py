@@ -21,6 +21,7 @@ from tests.support import expected_vwap, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_SERVICES = ("worker-0", "worker-1", "standby")     # containers that run a worker index, or stand by
+CONFLICT = 409     # Docker's answer to an exec in a container that is not running (restarting, paused)
 
 # Runs inside a container of the project's own image, on the stack's volumes
 # and network, and prints a summary (the input is millions of events): the
@@ -148,11 +149,19 @@ class ComposeStack:
     def read_from_a_worker(path: str, containers) -> str:
         """The file at ``path`` on the checkpoint volumes, read through the
         first of ``containers`` that can: Docker lists a container crashed a
-        moment ago as running until it notices, and a paused one cannot exec."""
+        moment ago as running until it notices, a paused one cannot exec, and
+        one listed running may be restarting by the time it is asked (409
+        Conflict: the next container is asked instead)."""
         failures = []
         for container in containers:
             if container.status == "running":
-                read = container.exec_run(["cat", path])
+                try:
+                    read = container.exec_run(["cat", path])
+                except docker.errors.APIError as error:
+                    if error.status_code != CONFLICT:
+                        raise
+                    failures.append(f"{container.name}: {error.explanation}")
+                    continue
                 if read.exit_code == 0:
                     return read.output.decode()
                 failures.append(f"{container.name}: {read.output.decode(errors='replace').strip()}")

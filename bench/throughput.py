@@ -20,7 +20,11 @@ run one after the other, each on a fresh JVM and fresh checkpoints:
 Events/s are counted after start-up: from the end of the first batch with
 rows (so the input must hold several of the worker's batches: 4 of them by
 default) to the last event processed by every query (Spark: from its query
-progress; Sparkpoint: polling the controller's /status, ``--poll`` apart). A
+progress; Sparkpoint: polling the controller's /status, ``--poll`` apart).
+The first and the last poll see the worker's reports, which come a report
+interval apart, so Sparkpoint's time is a whole number of report intervals:
+the worker reports every 100 ms here (``SP_REPORT_INTERVAL``; shipped: 1 s,
+which on a fast machine's 5-6 s made each round 5 s or 6 s, ±20 %). A
 run still going after ``--limit`` seconds of processing is measured up to
 there (marked partial). Checkpoint durations come from the controller's
 /history. Prints a table and writes bench/results/throughput-<date>.md and .json
@@ -51,6 +55,9 @@ from worker.settings import WorkerSettings  # noqa: E402
 
 VARIANTS = ("spark", "spark-logsource", "sparkpoint", "sparkpoint-nockpt")
 PARTITIONS = 4              # the producer's default
+# The worker's report interval here, ms: the resolution of Sparkpoint's time
+# (module docstring). More reports cost the worker CPU, never help it.
+REPORT_INTERVAL_MS = "100"
 JSON_FILES = 40             # the JSON copy: this many files of equal size
 WRITE_CHUNK = 200_000       # events generated at a time
 
@@ -170,8 +177,9 @@ def table(args: argparse.Namespace, runs: dict[str, list[dict]], overrides: dict
                      f"| {median(values) / spark:.2f} | {ratio} | {ckpt} | {counts} | {note} |")
     settings = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
     lines += ["", f"Spark variants: local[2], 2 shuffle partitions, about {args.batch:,} events per batch. "
-              f"Sparkpoint: the worker's shipped defaults, SP_CHECKPOINT_FREQ 1000 (nockpt: 0); overrides: "
-              f"{settings}."]
+              f"Sparkpoint: the worker's shipped defaults, SP_CHECKPOINT_FREQ 1000 (nockpt: 0), reports every "
+              f"{overrides.get('SP_REPORT_INTERVAL', REPORT_INTERVAL_MS)} ms (the resolution of its time); "
+              f"overrides: {settings}."]
     return lines
 
 
@@ -216,8 +224,8 @@ def main() -> None:
                     run = run_spark(source, data, work, args.events, batch, args.limit)
                 else:
                     freq = "1000" if variant == "sparkpoint" else "0"
-                    run = run_sparkpoint(data, work, {**overrides, "SP_CHECKPOINT_FREQ": freq}, args.limit,
-                                         args.poll)
+                    env = {"SP_REPORT_INTERVAL": REPORT_INTERVAL_MS, **overrides, "SP_CHECKPOINT_FREQ": freq}
+                    run = run_sparkpoint(data, work, env, args.limit, args.poll)
                 runs[variant].append(run)
                 print(f"round {round_ + 1}: {variant}: {run['rate']:,.0f} events/s"
                       + (" (partial)" if run["partial"] else ""), flush=True)

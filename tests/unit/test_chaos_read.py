@@ -3,6 +3,8 @@ that can exec; one that began restarting after it was listed is passed over."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import docker.errors
 import pytest
 import requests
@@ -26,7 +28,7 @@ class Container:
         self.asked += 1
         if self.error:
             raise self.error
-        return type("Read", (), {"exit_code": 0, "output": self.output.encode()})
+        return SimpleNamespace(exit_code=0, output=self.output.encode())
 
 
 RESTARTING = "Container 4e58 is restarting, wait until the container is running"

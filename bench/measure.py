@@ -71,7 +71,10 @@ class StatusPoll:
 def polled_rate(polls: list[StatusPoll]) -> Rate:
     """From the first poll showing rows to the first showing the whole input
     read (or the last poll, marked partial). Both ends see the worker's
-    report equally late, so the report interval's delay cancels on average."""
+    report equally late, so the report interval's delay cancels on average;
+    but both see reports, which come a report interval apart, so the time is
+    a whole number of report intervals: its resolution is the caller's
+    ``SP_REPORT_INTERVAL``."""
     started = next((p for p in polls if p.rows > 0), None)
     if started is None:
         raise ValueError("no poll showed a processed row")

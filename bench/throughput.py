@@ -154,7 +154,8 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def table(args: argparse.Namespace, runs: dict[str, list[dict]], overrides: dict[str, str]) -> list[str]:
+def table(args: argparse.Namespace, runs: dict[str, list[dict]], overrides: dict[str, str],
+          report_interval_ms: str) -> list[str]:
     rates = {v: [r["rate"] for r in rs] for v, rs in runs.items()}
     spark = median(rates.get("spark", []))
     nockpt = median(rates.get("sparkpoint-nockpt", []))
@@ -178,7 +179,7 @@ def table(args: argparse.Namespace, runs: dict[str, list[dict]], overrides: dict
     settings = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
     lines += ["", f"Spark variants: local[2], 2 shuffle partitions, about {args.batch:,} events per batch. "
               f"Sparkpoint: the worker's shipped defaults, SP_CHECKPOINT_FREQ 1000 (nockpt: 0), reports every "
-              f"{overrides.get('SP_REPORT_INTERVAL', REPORT_INTERVAL_MS)} ms (the resolution of its time); "
+              f"{report_interval_ms} ms (the resolution of its time); "
               f"overrides: {settings}."]
     return lines
 
@@ -211,6 +212,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variants: {', '.join(sorted(unknown))}")
     overrides = parse_settings(args.set)
+    sparkpoint_env = {"SP_REPORT_INTERVAL": REPORT_INTERVAL_MS, **overrides}
     data = prepare(args.cache, args.events)
     batch = args.batch = min(args.batch, max(1, args.events // 5))     # a small input still makes several batches
     runs: dict[str, list[dict]] = {v: [] for v in variants}
@@ -224,13 +226,13 @@ def main() -> None:
                     run = run_spark(source, data, work, args.events, batch, args.limit)
                 else:
                     freq = "1000" if variant == "sparkpoint" else "0"
-                    env = {"SP_REPORT_INTERVAL": REPORT_INTERVAL_MS, **overrides, "SP_CHECKPOINT_FREQ": freq}
-                    run = run_sparkpoint(data, work, env, args.limit, args.poll)
+                    run = run_sparkpoint(data, work, {**sparkpoint_env, "SP_CHECKPOINT_FREQ": freq}, args.limit,
+                                         args.poll)
                 runs[variant].append(run)
                 print(f"round {round_ + 1}: {variant}: {run['rate']:,.0f} events/s"
                       + (" (partial)" if run["partial"] else ""), flush=True)
     name = unused_name(f"throughput-{time.strftime('%Y-%m-%d')}")
-    publish_table(name, table(args, runs, overrides))
+    publish_table(name, table(args, runs, overrides, sparkpoint_env["SP_REPORT_INTERVAL"]))
     publish_json(name, {"events": args.events, "rounds": args.rounds, "batch": batch, "overrides": overrides,
                         "runs": runs})
 

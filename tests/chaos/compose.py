@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import subprocess
+from http import HTTPStatus
 from pathlib import Path
 
 import docker
@@ -21,7 +22,6 @@ from tests.support import expected_vwap, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_SERVICES = ("worker-0", "worker-1", "standby")     # containers that run a worker index, or stand by
-CONFLICT = 409     # Docker's answer to an exec in a container that is not running (restarting, paused)
 
 # Runs inside a container of the project's own image, on the stack's volumes
 # and network, and prints a summary (the input is millions of events): the
@@ -158,7 +158,7 @@ class ComposeStack:
                 try:
                     read = container.exec_run(["cat", path])
                 except docker.errors.APIError as error:
-                    if error.status_code != CONFLICT:
+                    if error.status_code != HTTPStatus.CONFLICT:
                         raise
                     failures.append(f"{container.name}: {error.explanation}")
                     continue

@@ -121,6 +121,30 @@ def recovery_tracker(pipeline: Pipeline, settings: WorkerSettings, restored: Man
     return RecoveryTracker(start, target, started_at=started_at)
 
 
+def share_mismatch(pipeline: Pipeline, settings: WorkerSettings, resumed: Manifest | None) -> str | None:
+    """Why this worker must not resume ``resumed``: a query's offsets cover
+    other partitions of its log than the worker owns now (the checkpoint was
+    taken with another ``SP_WORKER_COUNT`` or index). Resuming it would read
+    partitions another worker already published from their start (output
+    twice), or leave partitions no worker reads. None when the shares match."""
+    if resumed is None:
+        return None
+    sources = {branch.sink.name: branch.nodes[0] for branch in pipeline.branches}
+    for query in resumed.queries:
+        source = sources.get(query.name)
+        if source is None or source.kind != "source.log" or not query.offsets:
+            continue
+        log_ = EventLog(settings.log_dir / source.params["log"])
+        owned = owned_partitions(log_.partitions(), settings.worker_index, settings.worker_count)
+        taken = sorted(int(p) for p in query.offsets)
+        if taken != owned:
+            return (f"checkpoint {resumed.checkpoint_id} was taken over partitions {taken} of log "
+                    f"{source.params['log']}, but {settings.worker_id} (SP_WORKER_INDEX={settings.worker_index}, "
+                    f"SP_WORKER_COUNT={settings.worker_count}) owns partitions {owned}: run the worker count the "
+                    f"checkpoints were taken with, or start on empty checkpoint volumes")
+    return None
+
+
 def staying_finished(pipeline: Pipeline, resumed: Manifest | None) -> set[str]:
     """Branches restored finished into the unchanged pipeline: they stay
     finished (a changed one restores only with SP_FORCE_GRAPH_CHANGE, and

@@ -6,7 +6,8 @@ Steps (``serve``):
    the newest checkpoint, or the user's savepoint. Wait for the source logs.
 4. Read every sink's mark ("published up to", waiting while its target is
    unreachable), then restore (``restoring.restore_checkpoint``) into a
-   fresh working directory.
+   fresh working directory; refuse a checkpoint taken over another share
+   of the log's partitions (``restoring.share_mismatch``).
 5. Staging: keep the output staged up to the restored checkpoint, forget
    what was staged after it; start publishing.
 6. Start the pipeline's queries (not the finished ones); Spark replays the
@@ -56,6 +57,7 @@ from worker.lifecycle.restoring import (
     recover_staging,
     recovery_tracker,
     restore_checkpoint,
+    share_mismatch,
     staying_finished,
 )
 from worker.publishing.publisher import Publisher
@@ -248,6 +250,8 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
                                      registered.last_checkpoint_id, query_root)
         live.restored = outcome.manifest
         resumed = outcome.resumed
+        if (mismatch := share_mismatch(pipeline, settings, resumed)) is not None:
+            exit_with_error(PROGRAM, mismatch)
         live.recovery = recovery_tracker(pipeline, settings, resumed, restore_started)
         # 5.
         recover_staging(publisher, resumed)

@@ -109,7 +109,8 @@ clean-local:
 #   make images   base images, wheelhouse, then the controller, worker and postgres images
 #                 (and Prometheus's with PROFILE=monitoring)
 #   make up       images, `compose up -d`, wait until every service is healthy;
-#                 PROFILE=monitoring adds Prometheus scraping the controller
+#                 PROFILE=monitoring adds Prometheus scraping the controller,
+#                 SP_WORKER_COUNT=2 a second worker
 #   make down     stop the stack (volumes kept)
 #   make clean    stop it, delete its volumes and build/
 #   helpers: docker-ps, docker-logs, docker-crash SERVICE=worker-0, docker-clean-images
@@ -124,9 +125,15 @@ COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo "docker 
 PROFILE ?=
 COMPOSE_FILES ?= docker-compose.yml
 MONITORING := $(filter monitoring,$(PROFILE))
-DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) $(foreach p,$(PROFILE),--profile $(p))
+# Workers: SP_WORKER_COUNT from make's command line or the environment, else
+# from .env, else 1 (as docker-compose.yml reads it). Two run worker-1 too:
+# the compose file's scale-out profile.
+WORKERS := $(or $(SP_WORKER_COUNT),$(shell sed -n 's/^SP_WORKER_COUNT=//p' .env 2>/dev/null | tail -n 1),1)
+WORKER_SERVICES = $(if $(filter 1,$(WORKERS)),worker-0,$(if $(filter 2,$(WORKERS)),worker-0 worker-1,$(error   SP_WORKER_COUNT=$(WORKERS): the compose stack runs 1 or 2 workers (a third needs a service of its own; see docker-compose.yml))))
+STACK_PROFILES = $(PROFILE) $(if $(filter worker-1,$(WORKER_SERVICES)),scale-out)
+DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) $(foreach p,$(STACK_PROFILES),--profile $(p))
 # Stopping takes down every profile's services, whichever were started.
-DC_ALL = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) --profile monitoring
+DC_ALL = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) --profile monitoring --profile scale-out
 UP_TIMEOUT ?= 420
 # The stack's secrets (REST token, gRPC secret, PostgreSQL password): generated
 # here on first `make up`, kept out of git, handed to the services as Docker secrets.
@@ -175,7 +182,8 @@ secrets: $(STAMP)
 
 up: images secrets
 	$(DC) up -d --remove-orphans
-	@COMPOSE="$(DC)" docker/wait-healthy.sh $(UP_TIMEOUT) controller worker-0 worker-1 producer postgres \
+	@COMPOSE="$(DC)" docker/wait-healthy.sh $(UP_TIMEOUT) controller $(WORKER_SERVICES) \
+	  producer postgres \
 	  $(if $(MONITORING),prometheus)
 	@port=$$($(DC) port controller 8080 | sed 's/.*://'); \
 	  echo "Sparkpoint is running (project $(COMPOSE_PROJECT_NAME)):"; \

@@ -3,8 +3,8 @@
     .venv/bin/python bench/docker_recovery.py [--kills 5] [--checkpoint-freq 1000] [--standby 1]
                                               [--trigger-interval 1000]
 
-Builds the images (cached), starts a stack of its own with ``--standby``
-warm standby containers (``SP_STANDBY``), then crashes the container running
+Builds the images (cached), starts a stack of its own, scaled out to two
+workers, with ``--standby`` warm standby containers (``SP_STANDBY``), then crashes the container running
 a worker index ``--kills`` times, alternating indices, and times each crash
 -> the index's first new committed batch (its batch id past the one it
 restored). A crash is a SIGKILL of the container's init process, which the
@@ -227,7 +227,8 @@ def main() -> None:
     stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {
         "SP_CHECKPOINT_FREQ": str(args.checkpoint_freq), "SP_TRIGGER_INTERVAL": str(args.trigger_interval),
         "SP_REPORT_INTERVAL": "250", "SP_PRODUCER_RATE": "200",
-        "SP_TEST_FAULT": FAULT, "SP_STANDBY": str(args.standby)}, free_port())
+        "SP_TEST_FAULT": FAULT, "SP_STANDBY": str(args.standby),
+        "SP_WORKER_COUNT": "2", "COMPOSE_PROFILES": "scale-out"}, free_port())
     crashes: list[list[float]] = []
     takeovers: list[list[float]] = []
     replays: list[float] = []

@@ -8,8 +8,9 @@ the test suite).
 Builds the images (``make images``; cached) and pins the ones it built under a
 tag of its own, so a build from elsewhere cannot change them mid-run; starts
 docker-compose.yml as it ships (its own project name and REST port; its
-standby included), the producer at ``--rate`` events/s; waits until both
-workers run with a checkpoint and the standby has rehearsed, then
+standby included, one worker unless ``--set SP_WORKER_COUNT=2``), the
+producer at ``--rate`` events/s; waits until every
+worker runs with a checkpoint and the standby has rehearsed, then
 ``--settle`` seconds more (``--set`` overrides a variable docker-compose.yml
 reads, as a ``.env`` file would); then samples for ``--seconds``:
 
@@ -31,7 +32,7 @@ reads, as a ``.env`` file would); then samples for ``--seconds``:
 ``--backlog N`` writes N events to the new log before the stack starts (the
 producer's code, without its CPU limit): the workers start into a replay of
 batches at the per-batch cap, as after a long outage. The bench then waits
-until both have read the log to its end (catch-up seconds and events/s)
+until every worker has read the log to its end (catch-up seconds and events/s)
 before the steps above.
 
 Then it stops the producer, waits until every worker has read the log to
@@ -76,8 +77,6 @@ from tests.support import all_published, get_json, vwap_differences, wait_until 
 from worker.publishing.targets.files import published_files  # noqa: E402
 
 IMAGES = ("controller", "worker", "postgres")
-WORKERS = ("worker-0", "worker-1")
-SERVICES = ("controller", "worker-0", "worker-1", "standby", "producer", "postgres")
 _TICKS = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}
 
 
@@ -177,16 +176,26 @@ def write_backlog(stack: ComposeStack, tag: str, events: int) -> None:
         volumes={f"{stack.project}_eventlog": {"bind": "/var/lib/sparkpoint/log", "mode": "rw"}})
 
 
-def caught_up(stack: ComposeStack, polls: list[tuple[float, dict]]) -> bool:
-    """Both workers run and have read the log to its end; notes the poll."""
+def worker_services(overrides: dict[str, str]) -> tuple[str, ...]:
+    """The stack's worker services at its ``SP_WORKER_COUNT`` (docker-compose.yml's default: 1)."""
+    return tuple(f"worker-{index}" for index in range(int(overrides.get("SP_WORKER_COUNT", "1"))))
+
+
+def stack_env(overrides: dict[str, str]) -> dict[str, str]:
+    """The overrides, and the profile that runs worker-1 when there are two workers."""
+    return {**overrides, **({"COMPOSE_PROFILES": "scale-out"} if len(worker_services(overrides)) > 1 else {})}
+
+
+def caught_up(stack: ComposeStack, polls: list[tuple[float, dict]], workers: int) -> bool:
+    """Every worker runs and has read the log to its end; notes the poll."""
     status = stack.status()
     polls.append((time.monotonic(), status))
-    workers = status.get("workers", [])
-    return len(workers) == 2 and all(w["state"] == "running" and w["lag_bytes"] == 0 for w in workers)
+    running = status.get("workers", [])
+    return len(running) == workers and all(w["state"] == "running" and w["lag_bytes"] == 0 for w in running)
 
 
 def catch_up(polls: list[tuple[float, dict]], started: float, events: int) -> dict:
-    """Seconds from the stack's start to both workers at the log's end, and
+    """Seconds from the stack's start to every worker at the log's end, and
     the backlog's events/s from the first processed row on."""
     done = polls[-1][0]
     first = next(at for at, status in polls if sum(w["rows_processed"] for w in status.get("workers", [])) > 0)
@@ -275,18 +284,18 @@ def event_times(log: Path) -> dict[str, list[float]]:
     return times
 
 
-def steady(stack: ComposeStack) -> bool:
-    """Both workers run with a checkpoint, and the standby has rehearsed."""
+def steady(stack: ComposeStack, workers: int) -> bool:
+    """Every worker runs with a checkpoint, and the standby has rehearsed."""
     status = stack.status()
-    workers, standbys = status.get("workers", []), status.get("standbys", [])
-    return (len(workers) == 2 and all(w["state"] == "running" and w["last_checkpoint"] for w in workers)
+    running, standbys = status.get("workers", []), status.get("standbys", [])
+    return (len(running) == workers and all(w["state"] == "running" and w["last_checkpoint"] for w in running)
             and len(standbys) == 1 and standbys[0]["state"] == "ready")
 
 
-def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter]) -> dict:
+def sample(stack: ComposeStack, seconds: float, meters: dict[str, CpuMeter], worker_names: tuple[str, ...]) -> dict:
     cpu: dict[str, list[tuple[float, int]]] = {name: [] for name in meters}
     statuses: list[tuple[float, dict]] = []
-    workers = {name: stack.container(name) for name in WORKERS}
+    workers = {name: stack.container(name) for name in worker_names}
     threads = {name: container_threads(container) for name, container in workers.items()}
     started = time.monotonic()
     end = started + seconds
@@ -362,7 +371,7 @@ def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float
              f"{args.settle} s settling, 2 cores)", "", f"Command: `{' '.join(sys.argv)}`", "",
              f"Settings overridden: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}", ""]
     if backlog:
-        lines += [f"Backlog: {backlog['events']:,} events in the log before the stack started. Both workers "
+        lines += [f"Backlog: {backlog['events']:,} events in the log before the stack started. Every worker "
                   f"had read it {backlog['seconds']:.0f} s after `up`: {backlog['events_per_s']:,.0f} events/s "
                   "from the first processed row.", ""]
     lines += ["| container | cores (mean) | cores (busiest 10 s) | memory, highest (MiB) | limit (MiB) | restarts |",
@@ -401,41 +410,45 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=int, default=200, help="producer events/s")
     parser.add_argument("--seconds", type=int, default=60, help="sampling window")
-    parser.add_argument("--settle", type=int, default=30, help="seconds after both workers run with a checkpoint")
+    parser.add_argument("--settle", type=int, default=30, help="seconds after every worker runs with a checkpoint")
     parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
                         help="a variable docker-compose.yml reads (repeatable)")
     parser.add_argument("--backlog", type=int, default=0, metavar="EVENTS",
                         help="events in the log before the stack starts (a recovery's replay, at the per-batch cap)")
     args = parser.parse_args()
     overrides = parse_settings(args.set)
+    workers = worker_services(overrides)
+    services = ("controller", *workers, "standby", "producer", "postgres")
     subprocess.run(["make", "images"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     tag = f"bench-{uuid.uuid4().hex[:8]}"
     pin_images(tag)
-    stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {**overrides, "SP_PRODUCER_RATE": str(args.rate),
+    stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {**stack_env(overrides), "SP_PRODUCER_RATE": str(args.rate),
                                                              "SP_IMAGE_TAG": tag}, free_port())
     backlog = None
     try:
         if args.backlog:
             write_backlog(stack, tag, args.backlog)
-        stack.up(*SERVICES)
+        stack.up(*services)
         up_at = time.monotonic()
-        memory = MemoryPeaks({name: MemoryMeter(stack.container(name)) for name in SERVICES})
+        memory = MemoryPeaks({name: MemoryMeter(stack.container(name)) for name in services})
         memory.start()
         if args.backlog:
             polls: list[tuple[float, dict]] = []
-            wait_until(lambda: caught_up(stack, polls), timeout_s=1800, what="both workers through the backlog",
+            wait_until(lambda: caught_up(stack, polls, len(workers)), timeout_s=1800,
+                       what="every worker through the backlog",
                        interval_s=1)
             backlog = catch_up(polls, up_at, args.backlog)
-        wait_until(lambda: steady(stack), timeout_s=600, what="both workers running with a checkpoint, the standby ready",
+        wait_until(lambda: steady(stack, len(workers)), timeout_s=600,
+                   what="every worker running with a checkpoint, the standby ready",
                    interval_s=1)
         time.sleep(args.settle)     # let the start-up backlog drain before measuring
-        meters = {name: CpuMeter(stack.container(name)) for name in SERVICES}
+        meters = {name: CpuMeter(stack.container(name)) for name in services}
         pg = stack.container("postgres").attrs["NetworkSettings"]["Networks"][f"{stack.project}_data"]
         sampler = SinkSampler(volume_path(stack, "output") / "trades_enriched", pg["IPAddress"],
                               (stack.secrets / "postgres-password").read_text().strip())
         sampler.start()
         started = time.time()
-        samples = sample(stack, args.seconds, meters)
+        samples = sample(stack, args.seconds, meters, workers)
         time.sleep(5)       # events of the window's end still on their way to the sinks
         sampler.stop()
         history = get_json(stack.status_url.replace("/status", "/history"), stack.api_token)

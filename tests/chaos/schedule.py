@@ -32,6 +32,11 @@ def worker_crashes(rng: random.Random) -> tuple[WorkerCrash, ...]:
     return tuple(WorkerCrash(rng.randrange(2), rng.randint(1, 4)) for _ in range(2))
 
 
+def lone_worker_crashes(rng: random.Random) -> tuple[WorkerCrash, ...]:
+    """The shipped stack's one worker, crashed twice."""
+    return tuple(WorkerCrash(0, rng.randint(1, 4)) for _ in range(2))
+
+
 @dataclass(frozen=True)
 class Takeovers:
     crashes: tuple[WorkerCrash, ...]    # each crashes the container running the victim's index

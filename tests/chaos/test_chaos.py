@@ -8,7 +8,9 @@ scenario the producer's input is drained and checked: every event id is in
 the files output and in the PostgreSQL table exactly once (no gaps, no
 duplicates), and the per-symbol aggregates in PostgreSQL (upsert) equal a
 batch computation over the whole log. The stack runs the compose default,
-``pipelines/trades_postgres.py``.
+``pipelines/trades_postgres.py``: one scenario as it ships (one worker and
+its standby), the others scaled out to two workers (a failure of one must
+not stop the other).
 
 PostgreSQL crashes here land wherever they land; the crash inside a
 publishing transaction and at its COMMIT, on either side of the server, is
@@ -22,18 +24,20 @@ import re
 import pytest
 
 from tests.chaos.compose import WORKER_SERVICES, ComposeStack
-from tests.chaos.schedule import drawn, outages, takeovers, worker_crashes
+from tests.chaos.schedule import drawn, lone_worker_crashes, outages, takeovers, worker_crashes
 from tests.support import vwap_differences, wait_until
 
 pytestmark = pytest.mark.chaos
 
 # The producer runs until a scenario ends; the log it wrote is the input:
-# 2,000 events/s, at the shipped defaults (1 s checkpoints and triggers,
-# 500 ms for upserts, 1,000,000-record cap). Only the controller's checkpoints
-# and the workers' reports come faster, so the test sees progress sooner.
-SETTINGS = {
-    "SP_CONTROLLER_CHECKPOINT_FREQ": "500", "SP_REPORT_INTERVAL": "500", "SP_PRODUCER_RATE": "2000",
-}
+# 2,000 events/s, at the shipped defaults (one worker and a standby, 1 s
+# checkpoints and triggers, 500 ms for upserts, 1,000,000-record cap). Only
+# the controller's checkpoints and the workers' reports come faster, so the
+# test sees progress sooner.
+SETTINGS = {"SP_CONTROLLER_CHECKPOINT_FREQ": "500", "SP_REPORT_INTERVAL": "500", "SP_PRODUCER_RATE": "2000"}
+# Most scenarios scale out to two workers (docker-compose.yml's scale-out
+# profile runs worker-1): one's crash must not stall the other.
+SCALED_OUT = {**SETTINGS, "SP_WORKER_COUNT": "2", "COMPOSE_PROFILES": "scale-out"}
 
 
 def running(stack: ComposeStack, index: int) -> dict | None:
@@ -106,7 +110,7 @@ def drained_and_exact(stack: ComposeStack) -> None:
 
 def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack):
     crashes = drawn(worker_crashes)
-    compose = stack(**SETTINGS)
+    compose = stack(**SCALED_OUT)
     start(compose)
     for round_, crash in enumerate(crashes):
         victim = crash.victim
@@ -145,15 +149,36 @@ def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack)
     drained_and_exact(compose)
 
 
-def the_standby(stack: ComposeStack) -> str:
-    """Wait until a worker container stands by, its Spark session up; its service."""
-    return wait_until(lambda: next((s for s in WORKER_SERVICES if stack.standing_by(s)), None), timeout_s=300,
+def the_standby(stack: ComposeStack, services: tuple[str, ...] = WORKER_SERVICES) -> str:
+    """Wait until a worker container of ``services`` stands by, its Spark session up; its service."""
+    return wait_until(lambda: next((s for s in services if stack.standing_by(s)), None), timeout_s=300,
                       what="a worker container standing by")
+
+
+def test_the_shipped_stack_of_one_worker_and_a_standby_loses_nothing_when_its_worker_crashes(stack):
+    crashes = drawn(lone_worker_crashes)
+    compose = stack(**SETTINGS)
+    services = ("worker-0", "standby")
+    compose.up("controller", "producer", *services)
+    checkpointed_since_restore(compose, 0)
+    for round_, crash in enumerate(crashes):
+        checkpoint = checkpointed_since_restore(compose, 0)
+        standby = the_standby(compose, services)
+        runner = compose.runner_of(0)
+        target = compose.worker(0)["batch_id"] + crash.batches
+        wait_until(lambda: compose.worker(0)["batch_id"] >= target, timeout_s=120, what=f"worker-0 batch {target}")
+        print(f"round {round_}: crashing {runner}, the only worker; {standby} stands by")
+        compose.crash(runner)
+        back = resumed(compose, 0, checkpoint)
+        heir = compose.runner_of(0)
+        print(f"round {round_}: {heir} runs index 0, restored checkpoint {back['recovery']['restored_checkpoint_id']}")
+        assert heir == standby, f"index 0 went to {heir}, not to the standby {standby}"
+    drained_and_exact(compose)
 
 
 def test_a_standby_takes_over_crashed_workers_even_mid_takeover_and_its_own_crash_loses_nothing(stack):
     schedule = drawn(takeovers)
-    compose = stack(**SETTINGS)
+    compose = stack(**SCALED_OUT)
     compose.up("controller", "producer", "worker-0", "worker-1", "standby")
     for index in (0, 1):
         checkpointed_since_restore(compose, index)
@@ -201,7 +226,7 @@ def test_a_standby_takes_over_crashed_workers_even_mid_takeover_and_its_own_cras
 
 
 def test_a_paused_worker_is_taken_over_and_once_unpaused_writes_nothing_and_says_why(stack):
-    compose = stack(**SETTINGS)
+    compose = stack(**SCALED_OUT)
     compose.up("controller", "producer", "worker-0", "worker-1", "standby")
     for index in (0, 1):
         checkpointed_since_restore(compose, index)
@@ -243,7 +268,7 @@ def published_batches(stack: ComposeStack) -> int:
 
 def test_controller_and_postgres_crash_while_workers_go_on(stack):
     schedule = drawn(outages)
-    compose = stack(**SETTINGS)
+    compose = stack(**SCALED_OUT)
     start(compose)
     before = {i: compose.worker(i) for i in (0, 1)}
     print("crashing the controller")

@@ -129,7 +129,9 @@ MONITORING := $(filter monitoring,$(PROFILE))
 # from .env, else 1 (as docker-compose.yml reads it). Two run worker-1 too:
 # the compose file's scale-out profile.
 WORKERS := $(or $(SP_WORKER_COUNT),$(shell sed -n 's/^SP_WORKER_COUNT=//p' .env 2>/dev/null | tail -n 1),1)
-WORKER_SERVICES = $(if $(filter 1,$(WORKERS)),worker-0,$(if $(filter 2,$(WORKERS)),worker-0 worker-1,$(error   SP_WORKER_COUNT=$(WORKERS): the compose stack runs 1 or 2 workers (a third needs a service of its own; see docker-compose.yml))))
+WORKER_SERVICES = $(if $(filter 1,$(WORKERS)),worker-0,$(if $(filter 2,$(WORKERS)),worker-0 worker-1,$(error \
+  SP_WORKER_COUNT=$(WORKERS): the compose stack runs 1 or 2 workers (a third needs a service of its own; see \
+  docker-compose.yml))))
 STACK_PROFILES = $(PROFILE) $(if $(filter worker-1,$(WORKER_SERVICES)),scale-out)
 DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) $(foreach p,$(STACK_PROFILES),--profile $(p))
 # Stopping takes down every profile's services, whichever were started.

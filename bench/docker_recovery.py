@@ -4,8 +4,9 @@
                                               [--trigger-interval 1000]
 
 Builds the images (cached), starts a stack of its own, scaled out to two
-workers, with ``--standby`` warm standby containers (``SP_STANDBY``), then crashes the container running
-a worker index ``--kills`` times, alternating indices, and times each crash
+workers, with ``--standby`` warm standby containers (``SP_STANDBY``), then
+crashes the container running a worker index ``--kills`` times, alternating
+indices, and times each crash
 -> the index's first new committed batch (its batch id past the one it
 restored). A crash is a SIGKILL of the container's init process, which the
 restart policy handles (``docker kill`` is a manual stop to Docker: the

@@ -174,7 +174,7 @@ images: proto jars base-images wheelhouse $(if $(MONITORING),monitoring-images)
 	@docker/build-image.sh controller Dockerfile.controller . "$$(cat build/base-python.ref)" \
 	  $(IMAGE_INPUTS) docker/healthcheck-http.py docker/healthcheck-producer.py >/dev/null
 	@docker/build-image.sh worker Dockerfile.worker . "$$(cat build/base-java.ref)" \
-	  $(IMAGE_INPUTS) pipelines docker/pyspark-imports.sh >/dev/null
+	  $(IMAGE_INPUTS) pipelines docker/pyspark-imports.sh jvm >/dev/null
 	@docker/build-image.sh postgres docker/postgres/Dockerfile docker/postgres "$$(cat build/base-postgres.ref)" \
 	  docker/postgres >/dev/null
 	@docker images --filter 'reference=sparkpoint-*:latest'

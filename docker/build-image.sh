@@ -5,7 +5,7 @@
 #
 # Tags sparkpoint-NAME:<hash> and sparkpoint-NAME:latest. The hash covers the
 # Dockerfile, the base image's id and every INPUT (files or directories,
-# relative to the repository; __pycache__, *.pyc and *.jsa are ignored; a directory
+# relative to the repository; __pycache__, *.pyc, *.jsa and *.jar are ignored; a directory
 # named build/wheelhouse is represented by its .stamp, the list of its
 # wheels), so a second `make images` with nothing changed builds nothing.
 # Older sparkpoint-NAME:<hash> tags are removed after a build.
@@ -34,7 +34,10 @@ hash_inputs() {
       echo "wheelhouse"; cat build/wheelhouse/.stamp build/wheelhouse/*requirements.txt
     elif [ -e "$input" ]; then
       # *.jsa: the host's class archive, which .dockerignore keeps out of the context.
-      find "$input" \( -name __pycache__ -prune \) -o -type f ! -name '*.pyc' ! -name '*.jsa' -print0 \
+      # *.jar: the worker's JVM classes, which `make jars` builds anew in every
+      # clone (its entries carry their build time: no two builds hash alike);
+      # the worker image hashes their sources, jvm/, instead.
+      find "$input" \( -name __pycache__ -prune \) -o -type f ! -name '*.pyc' ! -name '*.jsa' ! -name '*.jar' -print0 \
         | LC_ALL=C sort -z | xargs -0 -r sha256sum
     else
       echo "missing $input"

@@ -53,6 +53,7 @@ from typing import NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report import publish_table, spread_row  # noqa: E402
+from bench.stack import stack_env  # noqa: E402
 from sparkpoint.devstack import free_port  # noqa: E402
 from tests.chaos.compose import REPO, WORKER_SERVICES, ComposeStack, docker_time  # noqa: E402
 from tests.support import new_run_processed, wait_until  # noqa: E402
@@ -228,8 +229,7 @@ def main() -> None:
     stack = ComposeStack(f"spbench{uuid.uuid4().hex[:8]}", {
         "SP_CHECKPOINT_FREQ": str(args.checkpoint_freq), "SP_TRIGGER_INTERVAL": str(args.trigger_interval),
         "SP_REPORT_INTERVAL": "250", "SP_PRODUCER_RATE": "200",
-        "SP_TEST_FAULT": FAULT, "SP_STANDBY": str(args.standby),
-        "SP_WORKER_COUNT": "2", "COMPOSE_PROFILES": "scale-out"}, free_port())
+        "SP_TEST_FAULT": FAULT, "SP_STANDBY": str(args.standby), **stack_env({"SP_WORKER_COUNT": "2"})}, free_port())
     crashes: list[list[float]] = []
     takeovers: list[list[float]] = []
     replays: list[float] = []

@@ -220,6 +220,7 @@ class SinkProgress:
     published_batch_id: int = -1        # ... and this batch (-1: nothing yet)
     pending_batches: int = 0            # staged, not yet published
     retries: int = 0                    # failed publish attempts in this run
+    query: str = ""                     # the query whose batches it publishes (empty: the one named after it)
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ def report_to_pb(report: ProgressReport) -> pb.ProgressReport:
                              replayed_bytes=report.recovery.replayed_bytes, started_at=report.recovery.started_at,
                              duration_ms=report.recovery.duration_ms),
         sinks=[pb.SinkProgress(
-            name=s.name, target=s.target, contract=_SINK_CONTRACTS[s.contract], state=_SINK_STATES[s.state],
+            name=s.name, query=s.query, target=s.target, contract=_SINK_CONTRACTS[s.contract], state=_SINK_STATES[s.state],
             error=s.error, waiting_since=s.waiting_since, next_retry_at=s.next_retry_at,
             published_checkpoint_id=s.published_checkpoint_id, published_batch_id=s.published_batch_id,
             pending_batches=s.pending_batches, retries=s.retries) for s in report.sinks],
@@ -221,7 +221,7 @@ def report_from_pb(request: pb.ProgressReport) -> ProgressReport:
         recovery=Recovery(request.recovery.active, request.recovery.target_bytes, request.recovery.replayed_bytes,
                           request.recovery.started_at, request.recovery.duration_ms),
         sinks=tuple(SinkProgress(
-            name=s.name, target=s.target,
+            name=s.name, query=s.query, target=s.target,
             # An unknown contract counts as transactional: the republish check stays on the safe side.
             contract=_SINK_CONTRACTS_FROM_PB.get(s.contract, SinkContract.TRANSACTIONAL),
             state=_SINK_STATES_FROM_PB.get(s.state, SinkState.OK), error=s.error,

@@ -134,12 +134,13 @@ def new_run_processed(worker: dict | None, before: dict) -> bool:
 def all_published(status: dict) -> bool:
     """Every worker's every staged sink has published its query's latest
     batch, and there is one (transactional sinks publish one checkpoint
-    interval after it)."""
+    interval after it). A sink's query is in its status (transactional
+    sinks of one stem share one)."""
     workers = status.get("workers", [])
     for worker in workers:
         batches = {q["name"]: q["batch_id"] for q in worker["queries"]}
         if not worker["sinks"] or any(s["published_batch_id"] < 0 or s["pending_batches"] or
-                                      s["published_batch_id"] != batches.get(s["name"]) for s in worker["sinks"]):
+                                      s["published_batch_id"] != batches.get(s["query"]) for s in worker["sinks"]):
             return False
     return bool(workers)
 

@@ -45,6 +45,7 @@ class RecoveryView:
 @dataclass(frozen=True)
 class SinkView:
     name: str
+    query: str                  # the worker's query whose batches it publishes
     target: str
     contract: SinkContract
     state: SinkState
@@ -155,6 +156,7 @@ def sink_view(sink: SinkProgress, now: float, query_batch: int = -1) -> SinkView
     waiting = sink.state is SinkState.WAITING
     return SinkView(
         name=sink.name,
+        query=sink.query or sink.name,
         target=sink.target,
         contract=sink.contract,
         state=sink.state,
@@ -171,7 +173,7 @@ def sink_view(sink: SinkProgress, now: float, query_batch: int = -1) -> SinkView
 
 def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
     queries = list(record.queries)
-    batches = {q.name: q.batch_id for q in queries}     # a sink's query is named after it
+    batches = {q.name: q.batch_id for q in queries}
     return WorkerStatus(
         worker_id=record.worker_id,
         worker_index=record.worker_index,
@@ -202,7 +204,7 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         restarts=record.restarts,
         finished_nodes=list(record.finished_nodes),
         queries=queries,
-        sinks=[sink_view(sink, now, batches.get(sink.name, -1)) for sink in record.sinks],
+        sinks=[sink_view(sink, now, batches.get(sink.query or sink.name, -1)) for sink in record.sinks],
     )
 
 

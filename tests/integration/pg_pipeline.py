@@ -16,7 +16,7 @@ from worker.publishing.targets.postgres import PROGRESS_TABLE
 
 PIPELINE = REPO / "pipelines" / "trades_postgres.py"
 PARTITIONS = 4
-QUERIES = {"enriched_pg", "enriched_out", "vwap_pg"}
+QUERIES = {"enrich", "vwap_pg"}   # the two transactional sinks share a query
 SETTINGS = {"SP_CHECKPOINT_FREQ": "1000", "SP_MAX_RECORDS_PER_BATCH": "300", "SP_TRIGGER_INTERVAL": "200",
             "SP_REPORT_INTERVAL": "300"}
 # The one statement only a transactional sink's publish makes (its mark,

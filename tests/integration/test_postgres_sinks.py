@@ -276,8 +276,9 @@ def test_upsert_names_a_missing_key_column(postgres, tmp_path, name):
 def publisher_with(target, tmp_path, clock) -> tuple[Publisher, StagingArea]:
     staging = StagingArea(tmp_path / "staging", "run-1")
     staging.recover(None)
-    publisher = Publisher([Publication("events", SinkContract.TRANSACTIONAL, SinkBook(Contract.ON_COMPLETION, complete=False),
-                                       target, staging)], clock=clock)
+    publisher = Publisher([Publication("events", "events", SinkContract.TRANSACTIONAL,
+                                       SinkBook(Contract.ON_COMPLETION, complete=False), target, staging)],
+                          clock=clock)
     assert publisher.resume_all(threading.Event())
     return publisher, staging
 

@@ -180,7 +180,7 @@ def test_staging_waits_out_a_full_volume_and_stages_once_there_is_room(tmp_path,
             raise RuntimeError("Job aborted. java.io.IOException: No space left on device")
         pq.write_table(pa.table({"id": ids}), path / "part-00000-x-c000.snappy.parquet")
 
-    BatchStager(run_dir, write=filling)([1, 2], 7)
+    BatchStager([run_dir], write=filling)([1, 2], 7)
     assert waits == [0.5, 1.0]
     assert "waiting for space" in caplog.text
     assert [p.name for p in run_dir.iterdir()] == ["b0000000007"]     # no half-written file left

@@ -244,19 +244,20 @@ def test_sinks_publishing_and_waiting_reach_status(make_client, rest, clock, ser
         SinkProgress("events_pg", "PostgreSQL table events (transactional)", SinkContract.TRANSACTIONAL,
                      SinkState.WAITING, error="OperationalError: connection refused", waiting_since=clock.now - 20,
                      next_retry_at=clock.now + 4, published_checkpoint_id=7, published_batch_id=31,
-                     pending_batches=5, retries=6),
+                     pending_batches=5, retries=6, query="events"),
         SinkProgress("vwap_pg", "PostgreSQL table vwap (upsert on sym, version trades)", SinkContract.UPSERT,
                      SinkState.OK, published_batch_id=40),
     ]
-    send(client, 1, WorkerState.RUNNING, [QueryProgress("events_pg", batch_id=36)], sinks=tuple(sinks))
+    send(client, 1, WorkerState.RUNNING, [QueryProgress("events", batch_id=36)], sinks=tuple(sinks))
     clock.now += 1
     [worker] = rest.get("/status").json()["workers"]
     waiting, ok = worker["sinks"]
-    assert waiting == {"name": "events_pg", "target": "PostgreSQL table events (transactional)",
+    assert waiting == {"name": "events_pg", "query": "events", "target": "PostgreSQL table events (transactional)",
                        "contract": "transactional", "state": "waiting", "error": "OperationalError: connection refused",
                        "waiting_s": 21.0, "next_retry_in_s": 3.0, "published_checkpoint_id": 7,
                        "published_batch_id": 31, "pending_batches": 5, "lag_batches": 5, "retries": 6}
     assert (ok["state"], ok["waiting_s"], ok["next_retry_in_s"], ok["published_batch_id"]) == ("ok", 0.0, 0.0, 40)
+    assert ok["query"] == "vwap_pg"     # a sink that does not say: the query named after it
     # The controller's own checkpoint keeps them.
     restarted = new_service(clock, tmp_path)
     restarted.load_snapshot(json.loads(json.dumps(service.snapshot())))

@@ -363,5 +363,5 @@ def test_a_worker_whose_registration_is_refused_mid_run_stops(address, service, 
         client.close()
     live = SimpleNamespace(queries=[], finished=set())
     never = threading.Event()
-    assert supervise(live, SimpleNamespace(branches=[]), never, never, reporter.refused, lambda: None) \
+    assert supervise(live, SimpleNamespace(queries=lambda: ()), never, never, reporter.refused, lambda: None) \
         is RunEnd.FAILED

@@ -23,7 +23,8 @@ def checkpoint(**offsets: dict[str, int]) -> Manifest:
 def pipeline(tmp_path) -> Pipeline:
     EventLog.create(tmp_path / "trades", 4)
     trades = sp.read.from_log("trades", schema="id long", name="trades")
-    return Pipeline.of(trades | sp.write.to_files("a", name="a_out"), trades | sp.write.to_files("b", name="b_out"))
+    # Two queries: a console sink publishes as batches come, so it never shares the files sink's query.
+    return Pipeline.of(trades | sp.write.to_files("a", name="a_out"), trades | sp.write.to_console(name="b_out"))
 
 
 def settings(tmp_path, index: int, count: int) -> WorkerSettings:

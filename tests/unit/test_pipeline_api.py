@@ -335,3 +335,53 @@ def test_deduplicate_is_stateful_but_does_not_make_its_branch_aggregate():
     assert [b.complete for b in pipeline.branches] == [False, True, False]
     with pytest.raises(sp.PipelineError, match="key columns"):
         sp.deduplicate([])
+
+
+# --- which branches share a Spark query ---------------------------------------------------
+
+def test_transactional_stateless_branches_with_one_stem_share_a_query_named_after_the_node_before_their_sinks():
+    pipeline = load_pipeline(REPO / "pipelines" / "trades_postgres.py")
+    queries = {query.name: [sink.name for sink in query.sinks] for query in pipeline.queries()}
+    assert queries == {"enrich": ["enriched_pg", "enriched_out"], "vwap_pg": ["vwap_pg"]}
+    shared = pipeline.queries()[0]
+    assert [node.name for node in shared.stem] == ["trades", "enrich"]
+    assert [node.name for node in shared.nodes] == ["trades", "enrich", "enriched_pg", "enriched_out"]
+
+
+def test_a_branch_alone_on_its_stem_is_its_own_query_named_after_its_sink():
+    pipeline = load_pipeline(REPO / "pipelines" / "trades.py")
+    assert [(q.name, [s.name for s in q.sinks]) for q in pipeline.queries()] == \
+        [(b.sink.name, [b.sink.name]) for b in pipeline.branches]
+
+
+@pytest.mark.parametrize("other", [
+    pytest.param(lambda s: s | sp.write.to_console(name="other"), id="published as batches come (console)"),
+    pytest.param(lambda s: s | sp.write.to_postgres("t", key="sym", version="id", name="other"), id="upsert"),
+    pytest.param(lambda s: s | sp.deduplicate(["id"], name="dedupe") | sp.write.to_files("d", name="other"),
+                 id="another stem (stateful)"),
+    pytest.param(lambda s: s | sp.filter("size > 0", name="big") | sp.write.to_files("d", name="other"),
+                 id="another stem"),
+])
+def test_branches_that_differ_in_more_than_a_transactional_sink_keep_their_own_queries(other):
+    source = sp.read.from_log("trades", schema=SCHEMA, name="src")
+    pipeline = sp.run(source | sp.write.to_files("out", name="files"), other(source))
+    assert [q.name for q in pipeline.queries()] == ["files", "other"]
+
+
+def test_stateful_or_bounded_branches_never_share_a_query():
+    source = sp.read.from_log("trades", schema=SCHEMA, name="src")
+    deduped = source | sp.deduplicate(["id"], name="dedupe")
+    bounded = sp.read.from_log("trades", schema=SCHEMA, name="bounded_src", bounded=True)
+    pipeline = sp.run(deduped | sp.write.to_files("a", name="a"), deduped | sp.write.to_files("b", name="b"),
+                      bounded | sp.write.to_files("c", name="c"), bounded | sp.write.to_files("d", name="d"))
+    assert [q.name for q in pipeline.queries()] == ["a", "b", "c", "d"]
+
+
+def test_an_operator_piped_from_two_streams_cannot_name_two_queries():
+    shared = sp.map(passthrough, name="m")
+    first = sp.read.from_log("trades", schema=SCHEMA, name="first") | shared
+    second = sp.read.from_log("trades", schema=SCHEMA, name="second") | shared
+    pipeline = sp.run(first | sp.write.to_files("a", name="a"), first | sp.write.to_files("b", name="b"),
+                      second | sp.write.to_files("c", name="c"), second | sp.write.to_files("d", name="d"))
+    with pytest.raises(sp.PipelineError, match="node 'm' is piped from two different streams"):
+        pipeline.queries()

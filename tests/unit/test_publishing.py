@@ -45,7 +45,7 @@ def spark_like(tasks: tuple[list[int], ...], path: Path) -> None:
 
 def stage(staging: StagingArea, batch_id: int, *tasks: list[int]) -> None:
     """Stage a batch the way the worker's ``foreachBatch`` does."""
-    BatchStager(staging.run_dir, write=spark_like)(tasks, batch_id)
+    BatchStager([staging.run_dir], write=spark_like)(tasks, batch_id)
 
 
 def fresh_staging(tmp_path: Path, run: str = "run-1", keep_through: int | None = None) -> StagingArea:
@@ -105,7 +105,7 @@ def test_recover_without_a_restored_checkpoint_forgets_everything(tmp_path):
 
 def test_a_killed_runs_lingering_spark_cannot_stage_after_the_next_run_started(tmp_path):
     first = fresh_staging(tmp_path, "run-1")
-    lingering = BatchStager(first.run_dir, write=spark_like)
+    lingering = BatchStager([first.run_dir], write=spark_like)
     StagingArea(first.root, "run-2").recover(keep_through=None)
     with pytest.raises(FileNotFoundError):
         lingering(([7],), 3)
@@ -125,6 +125,38 @@ def test_recover_finishes_what_an_interrupted_recovery_left(tmp_path):
     assert [p.name for p in first.root.iterdir()] == ["run-3"]
 
 
+def test_a_batch_of_a_shared_query_is_written_once_and_staged_for_every_sink(tmp_path):
+    sinks = [StagingArea(tmp_path / "staging" / name, "run-1") for name in ("pg", "files")]
+    for staging in sinks:
+        staging.recover(None)
+    writes = []
+
+    def counted(tasks, path: Path) -> None:
+        writes.append(path)
+        spark_like(tasks, path)
+
+    BatchStager([s.run_dir for s in sinks], write=counted)(([1, 2], [3]), 5)
+    assert len(writes) == 1
+    pg, files = (s.batch(5) for s in sinks)
+    assert [p.name for p in pg.files] == [p.name for p in files.files] == ["0000.parquet", "0001.parquet"]
+    assert all(a.stat().st_ino == b.stat().st_ino for a, b in zip(pg.files, files.files))   # linked, not copied
+    assert sorted(files.read().column("id").to_pylist()) == [1, 2, 3]
+    # Publishing (and deleting) one sink's batch leaves the other's whole.
+    sinks[0].discard([5])
+    assert sinks[1].batches() == [5] and sorted(sinks[1].batch(5).read().column("id").to_pylist()) == [1, 2, 3]
+    assert [sorted(p.name for p in s.run_dir.iterdir()) for s in sinks] == [[], ["b0000000005"]]
+
+
+def test_a_sink_whose_run_was_retired_fails_the_shared_batch_without_leaving_a_partial_one(tmp_path):
+    pg, files = (StagingArea(tmp_path / "staging" / name, "run-1") for name in ("pg", "files"))
+    pg.recover(None)
+    stager = BatchStager([pg.run_dir, files.run_dir], write=spark_like)   # files' run dir never created
+    with pytest.raises(FileNotFoundError):
+        stager(([7],), 3)
+    assert not files.run_dir.exists()
+    assert pg.batches() == [3]      # Spark runs the batch again: staging it again replaces this
+
+
 def test_a_failed_write_leaves_nothing_staged(tmp_path):
     staging = fresh_staging(tmp_path)
 
@@ -133,7 +165,7 @@ def test_a_failed_write_leaves_nothing_staged(tmp_path):
         raise RuntimeError("a task failed its last attempt")
 
     with pytest.raises(RuntimeError):
-        BatchStager(staging.run_dir, write=failing)(([1],), 0)
+        BatchStager([staging.run_dir], write=failing)(([1],), 0)
     assert list(staging.run_dir.iterdir()) == []
 
 
@@ -322,7 +354,7 @@ class FakeTarget:
 def publisher_for(tmp_path: Path, target, contract=Contract.ON_COMPLETION, complete=False, clock=None,
                   guard=lambda: None):
     staging = fresh_staging(tmp_path)
-    publication = Publication("out", SinkContract.TRANSACTIONAL, SinkBook(contract, complete=complete), target,
+    publication = Publication("out", "out", SinkContract.TRANSACTIONAL, SinkBook(contract, complete=complete), target,
                               staging)
     publisher = Publisher([publication], clock=clock or FakeClock(), guard=guard)
     assert publisher.resume_all(threading.Event())
@@ -419,7 +451,7 @@ def test_start_up_waits_for_the_targets_mark_until_stopped(tmp_path):
     target = FakeTarget()
     target.down = True
     staging = fresh_staging(tmp_path)
-    publisher = Publisher([Publication("out", "transactional", SinkBook(Contract.ON_COMPLETION, complete=False),
+    publisher = Publisher([Publication("out", "out", "transactional", SinkBook(Contract.ON_COMPLETION, complete=False),
                                        target, staging)], clock=FakeClock())
     stop = threading.Event()
     stop.set()
@@ -470,6 +502,23 @@ def test_checkpoints_of_other_queries_leave_a_sink_alone(tmp_path):
     publisher.completed(1)
     publisher.step()
     assert target.rows == []
+
+
+def test_a_sink_takes_its_cut_from_its_query_not_from_a_query_of_its_own_name(tmp_path):
+    target = FakeTarget()
+    staging = fresh_staging(tmp_path)
+    publisher = Publisher([Publication("out", "shared", SinkContract.TRANSACTIONAL,
+                                       SinkBook(Contract.ON_COMPLETION, complete=False), target, staging)],
+                          clock=FakeClock())
+    assert publisher.resume_all(threading.Event())
+    stage(staging, 0, [1])
+    stage(staging, 1, [2])
+    publisher.durable(manifest(1, 7, query="out"))      # another query's batch 7: not this sink's
+    publisher.durable(manifest(2, 0, query="shared"))
+    publisher.completed(2)
+    publisher.step()
+    assert target.rows == [1]
+    assert publisher.statuses()[0].query == "shared"
 
 
 def test_error_descriptions_are_one_line():

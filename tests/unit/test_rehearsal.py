@@ -68,20 +68,22 @@ class FakeQuery:
 
 
 def rehearsal_of(tmp_path, monkeypatch, on_start=lambda: None):
-    """``rehearse`` of a two-branch pipeline on a real log, its queries faked; the runs it started."""
+    """``rehearse`` of a two-query pipeline on a real log (an upsert sink never shares the files sink's
+    query), its queries faked; the runs it started."""
     EventLog.create(tmp_path / "log" / "trades", 2)
     trades = sp.read.from_log("trades", schema="id long", name="trades")
-    pipeline = Pipeline.of(trades | sp.write.to_files("a", name="a_out"), trades | sp.write.to_files("b", name="b_out"))
+    pipeline = Pipeline.of(trades | sp.write.to_files("a", name="a_out"),
+                           trades | sp.write.to_postgres("b", key="id", version="seq", name="b_out"))
     settings = WorkerSettings.model_construct(log_dir=tmp_path / "log", test_fault="", trigger_interval_ms=1000,
                                               upsert_trigger_interval_ms=500)
     runs = []
 
-    def start_branch(spark, branch, settings, query_root, staging, cap):
-        assert cap == RECORDS and settings.trigger_interval_ms == 0 and branch.sink.name in staging
+    def start_query(spark, query, settings, query_root, staging, cap):
+        assert cap == RECORDS and settings.trigger_interval_ms == 0 and all(s.name in staging for s in query.sinks)
         on_start()
-        return FakeQuery(query_root / branch.sink.name, runs)
+        return FakeQuery(query_root / query.name, runs)
 
-    monkeypatch.setattr(rehearsal, "start_branch", start_branch)
+    monkeypatch.setattr(rehearsal, "start_query", start_query)
     return pipeline, settings, runs
 
 

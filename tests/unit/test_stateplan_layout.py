@@ -49,7 +49,7 @@ def test_a_pipeline_layout_has_one_query_per_sink_with_its_stateful_nodes_in_bra
     layout = pipeline_layout(pipeline, {"dedupe": SEEN, "vwap_state": SCHEMA})
     assert layout.fingerprint == pipeline.fingerprint()
     assert layout.node_names == ("trades", "enrich", "enriched_out", "dedupe", "vwap_state", "vwap_out")
-    assert layout.queries["enriched_out"] == QueryLayout("trades", 'source.log:{"log":"trades"}', ())
+    assert layout.queries["enriched_out"] == QueryLayout("trades", 'source.log:{"log":"trades"}', (), ("enriched_out",))
     assert layout.queries["vwap_out"].stateful == (StatefulNode("dedupe", SEEN), StatefulNode("vwap_state", SCHEMA))
 
 
@@ -75,7 +75,7 @@ def manifest(queries: tuple[QueryCut, ...], finished: tuple[str, ...] = ()) -> M
 
 
 def test_a_manifest_records_each_query_layout_and_its_finished_nodes():
-    layout = QueryLayout("trades", "source.log:{}", (StatefulNode("vwap_state", SCHEMA),))
+    layout = QueryLayout("trades", "source.log:{}", (StatefulNode("vwap_state", SCHEMA),), ("vwap_out",))
     written = manifest((QueryCut("vwap_out", 4, {"0": 9}, {"offsets/4": FileEntry("ab" * 32, 5)}, layout),),
                        finished=("trades",))
     read = Manifest.from_json(written.to_json(), "m.json")

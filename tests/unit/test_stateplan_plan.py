@@ -280,3 +280,44 @@ def test_a_manifest_without_layouts_restores_only_into_the_unchanged_pipeline():
     assert changed.refusals() == [
         "checkpoint 12 does not record which state belongs to which node (it was written by an older Sparkpoint), "
         "so it can only be restored into the pipeline it was taken with (fingerprint f-old, this one is f-new)"]
+
+
+# --- sinks that share a query ----------------------------------------------------------------
+
+def sinks_query(*sinks: str) -> QueryLayout:
+    return QueryLayout("trades", TRADES, (), sinks)
+
+
+SHARED_NODES = ("trades", "enrich", "enriched_pg", "enriched_out")
+
+
+def manifest_of(queries: dict[str, QueryLayout]) -> Manifest:
+    return Manifest(4, "worker-0", 0.0, 0.0, 0, SHARED_NODES,
+                    tuple(QueryCut(name, batch, {}, {}, layout) for (name, layout), batch
+                          in zip(queries.items(), (7, 9))), "f-old")
+
+
+def test_sinks_cut_in_queries_of_their_own_cannot_continue_in_one_shared_query():
+    # Written before manifests recorded sinks: each query was one branch, named after its sink.
+    old = manifest_of({"enriched_pg": query(), "enriched_out": query()})
+    plan = plan_manifest(old, new({"enrich": sinks_query("enriched_pg", "enriched_out")}, SHARED_NODES))
+    assert plan.refused
+    assert plan.refusals() == [
+        f"sink {sink} was cut in query {sink} and would run in query enrich: its output so far is counted in "
+        f"{sink}'s batches; restore into a pipeline that keeps it in query {sink}, or start on empty checkpoint "
+        "volumes and sink targets" for sink in ("enriched_pg", "enriched_out")]
+
+
+def test_a_sink_leaving_a_shared_query_is_refused_and_one_joining_it_continues_it():
+    old = manifest_of({"enrich": sinks_query("enriched_pg", "enriched_out")})
+    split = plan_manifest(old, new({"enrich": sinks_query("enriched_pg"), "enriched_out": sinks_query("enriched_out")},
+                                   SHARED_NODES))
+    assert split.refusals() == [
+        "sink enriched_out was cut in query enrich and would run in query enriched_out: its output so far is "
+        "counted in enrich's batches; restore into a pipeline that keeps it in query enrich, or start on empty "
+        "checkpoint volumes and sink targets"]
+    joined = plan_manifest(old, new({"enrich": sinks_query("enriched_pg", "enriched_out", "audit_out")},
+                                    SHARED_NODES + ("audit_out",)))
+    assert not joined.refused
+    [decision] = joined.queries
+    assert (decision.name, decision.origin, decision.batch_id) == ("enrich", "enrich", 7)

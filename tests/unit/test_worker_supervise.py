@@ -12,7 +12,7 @@ import pytest
 from worker.lifecycle.live import LiveRun
 from worker.lifecycle.serve import RunEnd, stop_queries, supervise
 
-NO_BRANCHES = SimpleNamespace(branches=[])
+NO_QUERIES = SimpleNamespace(queries=lambda: ())
 
 
 class FakeQuery:
@@ -36,7 +36,7 @@ def test_a_failed_query_wakes_the_supervisor_without_waiting_for_its_poll():
     ended: list[RunEnd] = []
     # An hour between polls: only the listener's wake-up can end this in time.
     supervisor = threading.Thread(target=lambda: ended.append(
-        supervise(live, NO_BRANCHES, never, never, never, lambda: None, poll_s=3600)), daemon=True)
+        supervise(live, NO_QUERIES, never, never, never, lambda: None, poll_s=3600)), daemon=True)
     supervisor.start()
     query.isActive, query.error = False, "StreamingQueryException: boom"
     live.terminated.set()                   # what Spark's listener does when a query ends

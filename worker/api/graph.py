@@ -83,6 +83,67 @@ class Stream:
         mode, and every batch it writes is the whole result table."""
         return any(node.kind == "aggregate" for node in self.nodes)
 
+    @property
+    def stateful(self) -> bool:
+        return any(node.is_stateful for node in self.nodes)
+
+    @property
+    def publishes_immediately(self) -> bool:
+        """Whether the branch's output is published as batches come (upsert,
+        console), not on checkpoint completion."""
+        return self.sink.kind == "sink.console" or (self.sink.kind == "sink.postgres" and "key" in self.sink.params)
+
+
+@dataclass(frozen=True)
+class Query:
+    """One Spark query: a branch, named after its sink; or branches that
+    share one (``Pipeline.queries``), named after the node before their sinks."""
+
+    name: str
+    branches: tuple[Stream, ...]
+
+    @property
+    def stem(self) -> tuple[Node, ...]:
+        """The nodes before the sinks: the same in every branch of the query."""
+        return self.branches[0].nodes[:-1]
+
+    @property
+    def sinks(self) -> tuple[Node, ...]:
+        return tuple(branch.sink for branch in self.branches)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return self.stem + self.sinks
+
+    @property
+    def source(self) -> Node:
+        return self.stem[0]
+
+    @property
+    def stateful(self) -> tuple[Node, ...]:
+        return tuple(node for node in self.stem if node.is_stateful)
+
+    @property
+    def bounded(self) -> bool:
+        return self.branches[0].bounded
+
+    @property
+    def complete(self) -> bool:
+        return self.branches[0].complete
+
+    @property
+    def publishes_immediately(self) -> bool:
+        return self.branches[0].publishes_immediately
+
+
+def _shares_a_query(branch: Stream) -> bool:
+    """Branches that can share a query with others of the same stem:
+    stateless, unbounded and published on checkpoint completion. Each
+    query costs Spark's planning on every trigger; these would differ in
+    nothing but their sinks. (Stateful branches keep their own queries:
+    their state is mapped by query and node name.)"""
+    return not (branch.stateful or branch.bounded or branch.publishes_immediately)
+
 
 def _code_digest(code: Any, digest: Any) -> None:
     """Feed a code object into ``digest``: bytecode, names, constants, and
@@ -108,7 +169,8 @@ def _function_identity(fn: Callable[..., Any]) -> str:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """Branches, each a source-to-sink chain; one Spark query per branch."""
+    """Branches, each a source-to-sink chain; a Spark query per branch, or per
+    branches that share one (``queries``)."""
 
     branches: tuple[Stream, ...]
 
@@ -126,6 +188,23 @@ class Pipeline:
         pipeline = cls(tuple(branches))
         pipeline._assign_names()
         return pipeline
+
+    def queries(self) -> tuple[Query, ...]:
+        """The pipeline's Spark queries, in branch order: one per branch, but
+        branches that differ only in their sinks and may share a query
+        (``_shares_a_query``) share one, named after the node before their
+        sinks (a node name, so never a sink's, and unique among queries)."""
+        stems: dict[tuple[int, ...], list[Stream]] = {}
+        for branch in self.branches:
+            key = tuple(id(node) for node in branch.nodes[:-1]) if _shares_a_query(branch) else (id(branch),)
+            stems.setdefault(key, []).append(branch)
+        queries = tuple(Query(group[0].sink.name if len(group) == 1 else group[0].nodes[-2].name, tuple(group))
+                        for group in stems.values())
+        names = [query.name for query in queries]
+        if len(set(names)) < len(names):
+            twice = sorted({name for name in names if names.count(name) > 1})
+            raise PipelineError(f"node {twice[0]!r} is piped from two different streams: use an operator once")
+        return queries
 
     def nodes(self) -> list[Node]:
         """Every node once, in order of first appearance."""

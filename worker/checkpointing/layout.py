@@ -1,5 +1,5 @@
-"""What a checkpoint records of each query's state, by node name: its source
-and its stateful nodes with their key and value columns. Written into every
+"""What a checkpoint records of each query's state, by node name: its source,
+its stateful nodes with their key and value columns, and its sinks. Written into every
 manifest by the worker (``worker.stateplan.layout`` derives it from the
 pipeline) and read back by a restore, which maps state by these names.
 
@@ -39,6 +39,7 @@ class QueryLayout:
     source: str                          # the source node's name
     source_identity: str                 # what it reads (see source_identity)
     stateful: tuple[StatefulNode, ...]   # branch order, upstream first
+    sinks: tuple[str, ...] = ()          # its sinks' names (empty in manifests from before they were recorded)
 
     def operator_ids(self) -> dict[str, int]:
         """Node name -> Spark operator id."""
@@ -57,4 +58,5 @@ class QueryLayout:
                 StatefulNode(str(n["name"]), StateSchema(columns(n["schema"]["key"]), columns(n["schema"]["value"])))
                 for n in data["stateful"]
             ),
+            sinks=tuple(str(name) for name in data.get("sinks", ())),
         )

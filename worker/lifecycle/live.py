@@ -54,7 +54,7 @@ class LiveRun:
     pipeline: Pipeline | None = None
     tracker: ProgressTracker = field(default_factory=ProgressTracker)
     queries: list[StreamingQuery] = field(default_factory=list)
-    finished: set[str] = field(default_factory=set)     # branches whose bounded input ended
+    finished: set[str] = field(default_factory=set)     # queries whose bounded input ended
     restored: Manifest | None = None
     recovery: RecoveryTracker | None = None
     runner: CheckpointRunner | None = None

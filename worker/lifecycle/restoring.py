@@ -95,7 +95,7 @@ def recover_staging(publisher: Publisher, resumed: Manifest | None) -> None:
     as complete: published at once), forget what was staged after it."""
     batches = {q.name: q.batch_id for q in resumed.queries} if resumed else {}
     for publication in publisher.publications:
-        kept = publication.staging.recover(keep_through=batches.get(publication.name))
+        kept = publication.staging.recover(keep_through=batches.get(publication.query))
         if kept:
             log.info("sink %s: %d staged batch(es) up to the restored checkpoint kept for publishing",
                      publication.name, kept)
@@ -129,7 +129,7 @@ def share_mismatch(pipeline: Pipeline, settings: WorkerSettings, resumed: Manife
     twice), or leave partitions no worker reads. None when the shares match."""
     if resumed is None:
         return None
-    sources = {branch.sink.name: branch.nodes[0] for branch in pipeline.branches}
+    sources = {query.name: query.source for query in pipeline.queries()}
     for query in resumed.queries:
         source = sources.get(query.name)
         if source is None or source.kind != "source.log" or not query.offsets:
@@ -146,10 +146,10 @@ def share_mismatch(pipeline: Pipeline, settings: WorkerSettings, resumed: Manife
 
 
 def staying_finished(pipeline: Pipeline, resumed: Manifest | None) -> set[str]:
-    """Branches restored finished into the unchanged pipeline: they stay
+    """Queries restored finished into the unchanged pipeline: they stay
     finished (a changed one restores only with SP_FORCE_GRAPH_CHANGE, and
     then every branch runs again)."""
     if resumed is None or not resumed.finished_nodes or resumed.pipeline_fingerprint != pipeline.fingerprint():
         return set()
     done = set(resumed.finished_nodes)
-    return {b.sink.name for b in pipeline.branches if all(n.name in done for n in b.nodes)}
+    return {q.name for q in pipeline.queries() if all(n.name in done for n in q.nodes)}

@@ -160,7 +160,7 @@ def supervise(live: LiveRun, pipeline: Pipeline, restart: threading.Event, stop:
     query ends without error is finished: its nodes are recorded
     (``on_finished``), and the others go on. A query's end
     (``live.terminated``) wakes it at once; the rest is seen within ``poll_s``."""
-    bounded = {b.sink.name for b in pipeline.branches if b.bounded}
+    bounded = {q.name for q in pipeline.queries() if q.bounded}
     while not stop.is_set() and not restart.is_set():
         if refused.is_set():
             log.error("stopping: the controller no longer accepts this worker")
@@ -234,7 +234,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
     run_dir = fresh_run_dir(settings)
     query_root = run_dir / "queries"
     publisher = Publisher(publications(pipeline, settings, run_dir.name, session.fence), guard=session.store.guard)
-    live = LiveRun(expected_queries=len(pipeline.branches), pipeline=pipeline, restarts=session.restarts.view)
+    live = LiveRun(expected_queries=len(pipeline.queries()), pipeline=pipeline, restarts=session.restarts.view)
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),
                         settings.report_interval_ms / 1000, on_reply=commands.on_reply,

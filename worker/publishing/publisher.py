@@ -71,7 +71,8 @@ class Health:
 class Publication:
     """One staged sink: its bookkeeping, target and staging."""
 
-    name: str                       # the sink node's name, which is also its query's
+    name: str                       # the sink node's name
+    query: str                      # its query's (Pipeline.queries): the batch ids it stages are that query's
     contract: SinkContract
     book: SinkBook
     target: Target
@@ -152,7 +153,7 @@ class Publisher:
 
     def _cuts(self, manifest: Manifest):
         batches = {query.name: query.batch_id for query in manifest.queries}
-        return [(p, batches[p.name]) for p in self.publications if p.name in batches]
+        return [(p, batches[p.query]) for p in self.publications if p.query in batches]
 
     # -- publishing ----------------------------------------------------------------------
     def step(self) -> None:
@@ -239,7 +240,7 @@ class Publisher:
     def statuses(self) -> list[SinkProgress]:
         with self._lock:
             return [SinkProgress(
-                name=p.name, target=p.target.description, contract=p.contract,
+                name=p.name, query=p.query, target=p.target.description, contract=p.contract,
                 state=SinkState.WAITING if p.health.waiting else SinkState.OK,
                 error=p.health.error, waiting_since=p.health.since, next_retry_at=p.health.retry_at,
                 published_checkpoint_id=p.book.mark.checkpoint_id if p.book.mark else 0,

@@ -27,12 +27,6 @@ def staged_branches(pipeline: Pipeline) -> list[Stream]:
     return [branch for branch in pipeline.branches if branch.sink.kind in STAGED_KINDS]
 
 
-def publishes_immediately(branch: Stream) -> bool:
-    """Whether the branch's output is published as batches come (upsert,
-    console), not on checkpoint completion."""
-    return branch.sink.kind == "sink.console" or (branch.sink.kind == "sink.postgres" and "key" in branch.sink.params)
-
-
 def staging_root(settings: WorkerSettings, sink: str) -> Path:
     return settings.checkpoint_dir / "staging" / sink
 
@@ -53,8 +47,9 @@ def check_sinks(pipeline: Pipeline, settings: WorkerSettings) -> None:
                                                       "checkpoints, or give to_postgres a key and version (upsert)")
 
 
-def publication(branch: Stream, settings: WorkerSettings, run: str, fence: VolumeFence) -> Publication:
-    """``fence``: this process's of the checkpoint volume, which the marks carry."""
+def publication(branch: Stream, query: str, settings: WorkerSettings, run: str, fence: VolumeFence) -> Publication:
+    """``query``: the branch's query's name; ``fence``: this process's of the
+    checkpoint volume, which the marks carry."""
     sink = branch.sink
     checkpoints_on = settings.checkpoint_freq_ms > 0
     target: Target
@@ -79,9 +74,10 @@ def publication(branch: Stream, settings: WorkerSettings, run: str, fence: Volum
         contract = SinkContract.TRANSACTIONAL
     # Transactional sinks publish on checkpoint completion; the others as batches come.
     schedule = Contract.ON_COMPLETION if contract is SinkContract.TRANSACTIONAL else Contract.IMMEDIATE
-    return Publication(name=sink.name, contract=contract, book=SinkBook(schedule, complete=branch.complete),
+    return Publication(name=sink.name, query=query, contract=contract, book=SinkBook(schedule, complete=branch.complete),
                        target=target, staging=StagingArea(staging_root(settings, sink.name), run))
 
 
 def publications(pipeline: Pipeline, settings: WorkerSettings, run: str, fence: VolumeFence) -> list[Publication]:
-    return [publication(branch, settings, run, fence) for branch in staged_branches(pipeline)]
+    return [publication(branch, query.name, settings, run, fence)
+            for query in pipeline.queries() for branch in query.branches if branch.sink.kind in STAGED_KINDS]

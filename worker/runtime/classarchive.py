@@ -56,7 +56,7 @@ def _run_pipeline(root: Path, archive: Path) -> None:
         counts = (read_log(spark, log.directory, "id long, sym string, price double, size long, time timestamp",
                            max_records_per_batch=30)
                   .groupBy("sym").agg({"size": "sum", "price": "max"}))
-        stager = BatchStager(root / "staging")
+        stager = BatchStager([root / "staging"])
         query = (counts.writeStream.outputMode("complete").foreachBatch(stager)
                  .option("checkpointLocation", str(root / "checkpoint")).trigger(processingTime="100 milliseconds")
                  .start())

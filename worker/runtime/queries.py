@@ -1,7 +1,10 @@
-"""Turn a pipeline graph into Spark Structured Streaming queries: one per branch.
+"""Turn a pipeline graph into Spark Structured Streaming queries: one per
+branch, or per branches that share one (``Pipeline.queries``: stateless
+branches differing only in their transactional sinks).
 
-Each query is named after its sink node and keeps Spark's working checkpoint
-under ``<query root>/<sink name>`` (the query root is a fresh directory under
+Each query is named as ``Pipeline.queries`` names it (after its sink, or the
+node before its sinks) and keeps Spark's working checkpoint under
+``<query root>/<query name>`` (the query root is a fresh directory under
 ``SP_WORK_DIR`` for every worker run; see ``worker.main``). Every sink but the
 console stages its batches (``worker.sinks.staging``): a ``foreachBatch``
 function in the worker's Python around Spark's own Parquet writer, so no
@@ -18,8 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from sparkpoint.faults import FaultInjector
-from worker.api.graph import Node, Pipeline, PipelineError, Stream
-from worker.publishing.sinks import publishes_immediately
+from worker.api.graph import Node, Pipeline, PipelineError, Query
 from worker.settings import CHECKPOINT_PHASE, WorkerSettings
 from worker.sinks.console import ConsolePrinter
 from worker.sinks.staging import BatchStager
@@ -31,8 +33,8 @@ def source_logs(pipeline: Pipeline, settings: WorkerSettings) -> list[Path]:
     return sorted({settings.log_dir / node.params["log"] for node in pipeline.nodes() if node.kind == "source.log"})
 
 
-def output_mode(branch: Stream) -> str:
-    return "complete" if branch.complete else "append"
+def output_mode(query: Query) -> str:
+    return "complete" if query.complete else "append"
 
 
 def apply_node(df: DataFrame, node: Node) -> DataFrame:
@@ -52,11 +54,11 @@ def apply_node(df: DataFrame, node: Node) -> DataFrame:
     raise PipelineError(f"node {node.name!r}: unknown kind {node.kind!r}")
 
 
-def trigger_interval_ms(branch: Stream, settings: WorkerSettings) -> int:
-    """Chosen for latency: a branch published as its batches come triggers
+def trigger_interval_ms(query: Query, settings: WorkerSettings) -> int:
+    """Chosen for latency: a query published as its batches come triggers
     often; one published on checkpoint completion need not trigger more
     often than checkpoints complete."""
-    return settings.upsert_trigger_interval_ms if publishes_immediately(branch) else settings.trigger_interval_ms
+    return settings.upsert_trigger_interval_ms if query.publishes_immediately else settings.trigger_interval_ms
 
 
 def checkpoint_phase_ms(settings: WorkerSettings) -> float:
@@ -86,27 +88,29 @@ def single_partition(df: DataFrame, node: Node, settings: WorkerSettings) -> Dat
     return df.coalesce(1) if node.is_stateful and settings.shuffle_partitions == 1 else df
 
 
-def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, query_root: Path,
-                 staging: dict[str, Path], cap: int | None = None) -> StreamingQuery:
-    """``cap``: records per batch, whatever the settings and pipeline say (a rehearsal's)."""
-    name = branch.sink.name
-    source, *transforms, sink = branch.nodes
+def start_query(spark: SparkSession, query: Query, settings: WorkerSettings, query_root: Path,
+                staging: dict[str, Path], cap: int | None = None) -> StreamingQuery:
+    """``staging``: each staged sink's staging directory; ``cap``: records
+    per batch, whatever the settings and pipeline say (a rehearsal's)."""
+    name = query.name
+    source, *transforms = query.stem
     df = _read(spark, source, settings, cap)
     for node in transforms:
         df = apply_node(single_partition(df, node, settings), node)
     writer = (
         df.writeStream.queryName(name)
-        .outputMode(output_mode(branch))
+        .outputMode(output_mode(query))
         .option("checkpointLocation", str(query_root / name))
     )
-    if branch.bounded:
+    if query.bounded:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{trigger_interval_ms(branch, settings)} milliseconds")
-    if name in staging:
+        writer = writer.trigger(processingTime=f"{trigger_interval_ms(query, settings)} milliseconds")
+    sink = query.sinks[0]
+    if sink.name in staging:
         # Files and PostgreSQL sinks stage each batch; the publisher delivers it.
         faults = FaultInjector(settings.test_fault, settings.checkpoint_dir)
-        writer = writer.foreachBatch(BatchStager(staging[name], faults=faults))
+        writer = writer.foreachBatch(BatchStager([staging[s.name] for s in query.sinks], faults=faults))
     elif sink.kind == "sink.console":
         writer = writer.foreachBatch(ConsolePrinter(name))
     else:
@@ -117,7 +121,7 @@ def start_branch(spark: SparkSession, branch: Stream, settings: WorkerSettings, 
 def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, query_root: Path,
                   staging: dict[str, Path], finished: set[str] = frozenset()) -> list[StreamingQuery]:
     """``staging``: each staged sink's staging directory for this run;
-    ``finished``: branches that stay finished (not started).
+    ``finished``: queries that stay finished (not started).
 
     Started together, not one after the other (a take-over waits for the
     last: each start analyses its plan and reads its checkpoint); every
@@ -125,9 +129,9 @@ def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSetti
     ``foreachBatch`` start needs py4j's callback server up beforehand (the
     progress listener's registration starts it): starting it is not safe
     from two threads at once."""
-    branches = [branch for branch in pipeline.branches if branch.sink.name not in finished]
-    if not branches:
+    queries = [query for query in pipeline.queries() if query.name not in finished]
+    if not queries:
         return []
-    with ThreadPoolExecutor(max_workers=len(branches), thread_name_prefix="start-query") as pool:
-        starts = [pool.submit(start_branch, spark, branch, settings, query_root, staging) for branch in branches]
+    with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="start-query") as pool:
+        starts = [pool.submit(start_query, spark, query, settings, query_root, staging) for query in queries]
     return [start.result() for start in starts]

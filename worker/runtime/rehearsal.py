@@ -34,9 +34,9 @@ from pyspark.sql.streaming import StreamingQuery
 from sparkpoint.eventlog import EventLog
 from worker.api.graph import Pipeline
 from worker.checkpointing.cut import committed_batch, planned_batch
-from worker.publishing.sinks import staged_branches
+from worker.publishing.sinks import STAGED_KINDS
 from worker.runtime.progress import summarize_error
-from worker.runtime.queries import source_logs, start_branch
+from worker.runtime.queries import source_logs, start_query
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("sparkpoint.worker")
@@ -80,8 +80,9 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
     # Back to back, without a test's faults (they are for the real run).
     rehearsal = settings.model_copy(update={"test_fault": "", "trigger_interval_ms": 0,
                                             "upsert_trigger_interval_ms": 0})
-    branches = [branch for branch in pipeline.branches if not branch.bounded]
-    staging = {b.sink.name: scratch / "staging" / b.sink.name for b in staged_branches(pipeline) if not b.bounded}
+    unbounded = [query for query in pipeline.queries() if not query.bounded]
+    staging = {sink.name: scratch / "staging" / sink.name for query in unbounded for sink in query.sinks
+               if sink.kind in STAGED_KINDS}
     for directory in staging.values():
         directory.mkdir(parents=True)
     queries: list[StreamingQuery] = []
@@ -89,8 +90,8 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
     def run(done: Callable[[dict | None], bool]) -> None:
         if stop.is_set() or clock() - started >= TIMEOUT_S:
             return
-        queries[:] = [start_branch(spark, branch, rehearsal, scratch / "queries", staging, cap=RECORDS)
-                      for branch in branches]
+        queries[:] = [start_query(spark, query, rehearsal, scratch / "queries", staging, cap=RECORDS)
+                      for query in unbounded]
         while not stop.is_set() and clock() - started < TIMEOUT_S and any(
                 query.isActive and not done(query.lastProgress) for query in queries):
             stop.wait(0.1)
@@ -103,8 +104,8 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
         # 1.
         run(rehearsed)
         # 2.
-        for branch in branches:
-            uncommit_last(scratch / "queries" / branch.sink.name)
+        for query in unbounded:
+            uncommit_last(scratch / "queries" / query.name)
         run(lambda progress: progress is not None)
     except Exception as error:   # a rehearsal only warms up: whatever stops it, the standby waits on, cold
         log.warning("standby: the rehearsal failed (taking over will run cold): %s", summarize_error(str(error)))

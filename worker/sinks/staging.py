@@ -1,12 +1,14 @@
 """Staging, the Spark side: every query but the console's ends in
-``foreachBatch(BatchStager(run_dir))``. Spark's own Parquet writer writes the
-batch (no Python in the tasks); the worker's Python, where Spark calls the
-function, makes it durable and moves it into the batch's directory
-atomically. The layout and the publisher's view of it:
-``worker.publishing.staging``.
+``foreachBatch(BatchStager(run_dirs))``, one run directory per sink of the
+query. Spark's own Parquet writer writes the batch once (no Python in the
+tasks); the worker's Python, where Spark calls the function, makes it
+durable and moves it into the batch's directory atomically, then links the
+same files into every other sink's. The layout and the publisher's view of
+it: ``worker.publishing.staging``.
 
 Spark writes its ``commits/N`` only after ``foreachBatch`` returned for batch
-N, so a checkpoint cut at batch N has every batch up to N staged durably.
+N, so a checkpoint cut at batch N has every batch up to N staged durably, in
+every sink of the query.
 
 A full volume is waited out (``wait_for_space``): the batch, and so its
 query, stalls until the publisher (which deletes what it published) or
@@ -22,7 +24,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -82,31 +84,39 @@ def spark_parquet(df: DataFrame, path: Path) -> None:
 
 
 class BatchStager:
-    """The ``foreachBatch`` function of one staged sink. ``run_dir``: this
-    run's staging directory of the sink (the worker creates it; once retired,
-    a lingering run stages nothing). ``write``: how a batch becomes Parquet
-    files in a new directory (Spark's writer; tests inject their own);
-    ``faults``: the failure point ``staging.commit`` (tests only)."""
+    """The ``foreachBatch`` function of a query's staged sinks. ``run_dirs``:
+    this run's staging directory of each sink (the worker creates them, on
+    one volume; once retired, a lingering run stages nothing). ``write``: how
+    a batch becomes Parquet files in a new directory (Spark's writer; tests
+    inject their own); ``faults``: the failure point ``staging.commit``
+    (tests only)."""
 
-    def __init__(self, run_dir: Path, write: WriteParquet = spark_parquet, faults: FaultInjector = NO_FAULTS) -> None:
-        self.run_dir = Path(run_dir)
+    def __init__(self, run_dirs: Sequence[Path], write: WriteParquet = spark_parquet,
+                 faults: FaultInjector = NO_FAULTS) -> None:
+        self.run_dirs = [Path(run_dir) for run_dir in run_dirs]
         self.write = write
         self.faults = faults
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Steps:
-        1. Create a temporary directory in the run's directory (fails once the
-           run is retired); Spark's writer writes the batch below it.
+        1. Create a temporary directory in the first sink's run directory
+           (fails once the run is retired); Spark's writer writes the batch
+           below it.
         2. Move the data files that hold rows into the temporary directory
            as ``0000.parquet``, ``0001.parquet``, … and fsync them (Spark's
            ``_SUCCESS``, checksums and row-less files stay behind and go);
            fsync the directory.
         3. Rename it to ``b<batch>`` (replacing an earlier attempt at this
-           batch id); fsync the run directory. The batch is now staged.
+           batch id); fsync the run directory. The batch is staged for the
+           first sink.
+        4. Every other sink: hard-link those files into a temporary directory
+           of its run directory, fsync it, rename it to ``b<batch>`` and fsync
+           the run directory. Spark runs the batch again if this fails midway.
         """
-        what = f"staging batch {batch_id} in {self.run_dir}"
+        first = self.run_dirs[0]
+        what = f"staging batch {batch_id} in {first}"
         # 1.
-        tmp = self.run_dir / f".{batch_dir_name(batch_id)}-{uuid.uuid4().hex}.tmp"
+        tmp = first / f".{batch_dir_name(batch_id)}-{uuid.uuid4().hex}.tmp"
         wait_for_space(tmp.mkdir, what)
         try:
             written = tmp / "spark"
@@ -118,16 +128,24 @@ class BatchStager:
                 fsync_path(target)
             shutil.rmtree(written)
             fsync_dir(tmp)
-            self.faults.fail("staging.commit", f"batch {batch_id} in {self.run_dir}")
+            self.faults.fail("staging.commit", f"batch {batch_id} in {first}")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         # 3.
-        final = self.run_dir / batch_dir_name(batch_id)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-        fsync_dir(self.run_dir)
+        staged = _replace_batch(first, batch_id, tmp)
+        # 4.
+        for run_dir in self.run_dirs[1:]:
+            tmp = run_dir / f".{batch_dir_name(batch_id)}-{uuid.uuid4().hex}.tmp"
+            try:
+                wait_for_space(tmp.mkdir, f"staging batch {batch_id} in {run_dir}")
+                for path in sorted(staged.iterdir()):
+                    os.link(path, tmp / path.name)
+                fsync_dir(tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            _replace_batch(run_dir, batch_id, tmp)
 
     def _write(self, df: DataFrame, path: Path) -> None:
         """One attempt; nothing of it is left behind when it fails."""
@@ -136,6 +154,17 @@ class BatchStager:
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
+
+
+def _replace_batch(run_dir: Path, batch_id: int, tmp: Path) -> Path:
+    """Rename ``tmp`` to the batch's directory (replacing an earlier
+    attempt at it); fsync the run directory. Returns the batch's directory."""
+    final = run_dir / batch_dir_name(batch_id)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    fsync_dir(run_dir)
+    return final
 
 
 def _data_files(directory: Path) -> list[Path]:

@@ -1,5 +1,5 @@
-"""The part of a pipeline a restore depends on, by node name: per query (one
-per branch, named after its sink) its source and its stateful nodes
+"""The part of a pipeline a restore depends on, by node name: per query
+(``Pipeline.queries``) its source, its stateful nodes and its sinks
 (``worker.checkpointing.layout``), derived from the pipeline graph or read
 from a checkpoint's manifest.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from worker.api.graph import Node, Pipeline
 from worker.checkpointing.layout import QueryLayout, StatefulNode, StateSchema
@@ -42,12 +42,12 @@ def pipeline_layout(pipeline: Pipeline, schemas: Mapping[str, StateSchema]) -> P
     """The layout of ``pipeline``; ``schemas`` holds every stateful node's
     columns (``worker.stateplan.derive.stateful_schemas``)."""
     queries = {}
-    for branch in pipeline.branches:
-        source = branch.nodes[0]
-        queries[branch.sink.name] = QueryLayout(
-            source=source.name,
-            source_identity=source_identity(source),
-            stateful=tuple(StatefulNode(n.name, schemas[n.name]) for n in branch.nodes if n.is_stateful),
+    for query in pipeline.queries():
+        queries[query.name] = QueryLayout(
+            source=query.source.name,
+            source_identity=source_identity(query.source),
+            stateful=tuple(StatefulNode(n.name, schemas[n.name]) for n in query.stateful),
+            sinks=tuple(sink.name for sink in query.sinks),
         )
     return PipelineLayout(pipeline.fingerprint(), tuple(n.name for n in pipeline.nodes()), queries)
 
@@ -60,7 +60,9 @@ def checkpoint_layout(manifest: Manifest) -> PipelineLayout | None:
     return PipelineLayout(
         fingerprint=manifest.pipeline_fingerprint,
         node_names=manifest.node_names,
-        queries={query.name: query.layout for query in manifest.queries},
+        # Before sinks were recorded, each query was one branch, named after its sink.
+        queries={query.name: replace(query.layout, sinks=query.layout.sinks or (query.name,))
+                 for query in manifest.queries},
         batches={query.name: query.batch_id for query in manifest.queries},
         finished=frozenset(manifest.finished_nodes),
     )

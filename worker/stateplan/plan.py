@@ -203,6 +203,18 @@ class _Planner:
         return [NodeDecision(name, Action.DROP, reason, old=StateRef(query, operator_id))
                 for query, (operator_id, _) in sorted(self.old_state.get(name, {}).items()) if query not in kept]
 
+    def moved_sinks(self) -> tuple[str, ...]:
+        """Sinks that run in another query than they were cut with: a sink's
+        position in its input, and the batch ids its target's mark counts,
+        are its query's (two queries cut separately cannot become one)."""
+        was = {sink: query for query, layout in self.old.queries.items() for sink in layout.sinks}
+        return tuple(
+            f"sink {sink} was cut in query {was[sink]} and would run in query {query}: its output so far is counted "
+            f"in {was[sink]}'s batches; restore into a pipeline that keeps it in query {was[sink]}, or start on "
+            "empty checkpoint volumes and sink targets"
+            for query, layout in self.new.queries.items() for sink in layout.sinks
+            if sink in was and was[sink] != query)
+
     def plan(self, force: bool) -> RestorePlan:
         for query, layout in self.new.queries.items():
             ids = layout.operator_ids()
@@ -226,6 +238,7 @@ class _Planner:
                 nodes.extend(self.unused_state(name)
                              or [NodeDecision(name, Action.DROP, "only in the checkpoint (no state)")])
         problems, warnings = _graph_change(self.old, self.new, force)
+        problems += self.moved_sinks()
         queries = tuple(self.query(name, layout) for name, layout in self.new.queries.items())
         return RestorePlan(tuple(nodes), queries, problems, warnings)
 

@@ -15,7 +15,7 @@ processing-time trigger:
 |---|---|---|
 | spark-noop | plain PySpark (bench/spark_baseline.py's) | source -> enrich -> Spark's ``noop`` sink: a micro-batch and nothing else |
 | spark-parquet | plain PySpark | source -> enrich -> Spark's Parquet file sink |
-| sparkpoint-staged | the worker's (worker.runtime.session, default settings) | the worker's query (worker.runtime.queries.start_branch): source -> enrich -> ``foreachBatch(BatchStager)``, the worker's files and PostgreSQL sinks |
+| sparkpoint-staged | the worker's (worker.runtime.session, default settings) | the worker's query (worker.runtime.queries.start_query): source -> enrich -> ``foreachBatch(BatchStager)``, the worker's files and PostgreSQL sinks |
 | spark-aggregate | plain PySpark | source -> per-symbol VWAP, complete -> ``foreachBatch`` Parquet overwrite |
 | sparkpoint-aggregate | the worker's | the worker's query: source -> per-symbol VWAP, complete -> ``foreachBatch(BatchStager)`` |
 
@@ -73,12 +73,12 @@ def thread_ticks(pid: int) -> tuple[int, int]:
 
 
 def sparkpoint_query(variant: str, root: Path, trigger_ms: int, java_options: str):
-    """The worker's own query (worker.runtime.queries.start_branch) over the
+    """The worker's own query (worker.runtime.queries.start_query) over the
     log at ``root``: as the worker plans it, staged by the worker's stager."""
     from trading import TRADE_SCHEMA, VWAP_AGGREGATIONS, enrich
 
     from worker import api as sp
-    from worker.runtime.queries import start_branch
+    from worker.runtime.queries import start_query
     from worker.runtime.session import driver_java_options, start_session
     from worker.settings import WorkerSettings
 
@@ -90,9 +90,9 @@ def sparkpoint_query(variant: str, root: Path, trigger_ms: int, java_options: st
         branch = trades | sp.aggregate("sym", VWAP_AGGREGATIONS, name="vwap") | sp.write.to_files("out", name="out")
     else:
         branch = trades | sp.map(enrich, name="enrich") | sp.write.to_files("out", name="out")
-    (branch,) = sp.Pipeline.of(branch).branches
+    (pipeline_query,) = sp.Pipeline.of(branch).queries()
     (root / "out").mkdir()
-    return spark, start_branch(spark, branch, settings, root / "queries", {"out": root / "out"})
+    return spark, start_query(spark, pipeline_query, settings, root / "queries", {"out": root / "out"})
 
 
 def query(variant: str, root: Path, trigger_ms: int, java_options: str = ""):

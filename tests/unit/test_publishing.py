@@ -4,6 +4,7 @@ Parquet writer does), an injected clock, no sleeps."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from worker.publishing.staging import StagingArea
 from worker.publishing.targets import Fenced, Outcome, files
 from worker.publishing.targets.files import FilesTarget, read_fenced_mark, read_mark, read_published
 from worker.publishing.targets.postgres import session_name
+from worker.sinks import staging as staging_module
 from worker.sinks.staging import BatchStager
 
 WORKER = "worker-0"
@@ -154,7 +156,26 @@ def test_a_sink_whose_run_was_retired_fails_the_shared_batch_without_leaving_a_p
     with pytest.raises(FileNotFoundError):
         stager(([7],), 3)
     assert not files.run_dir.exists()
-    assert pg.batches() == [3]      # Spark runs the batch again: staging it again replaces this
+    assert list(pg.run_dir.iterdir()) == []     # nothing staged for either: Spark runs the batch again
+
+
+def test_no_sink_sees_a_shared_batch_another_is_still_linking_from(tmp_path, monkeypatch):
+    """A publisher may publish and delete its sink's batch as soon as it is
+    staged: the links come from a directory no publisher sees."""
+    sinks = [StagingArea(tmp_path / "staging" / name, "run-1") for name in ("pg", "files", "audit")]
+    for staging in sinks:
+        staging.recover(None)
+    seen = []
+    original = os.link
+
+    def link(source, target) -> None:
+        seen.append(sinks[0].batches())
+        original(source, target)
+
+    monkeypatch.setattr(staging_module.os, "link", link)
+    BatchStager([s.run_dir for s in sinks], write=spark_like)(([1], [2]), 0)
+    assert seen == [[]] * 4
+    assert [s.batches() for s in sinks] == [[0], [0], [0]]
 
 
 def test_a_failed_write_leaves_nothing_staged(tmp_path):

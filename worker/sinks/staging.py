@@ -106,12 +106,15 @@ class BatchStager:
            as ``0000.parquet``, ``0001.parquet``, … and fsync them (Spark's
            ``_SUCCESS``, checksums and row-less files stay behind and go);
            fsync the directory.
-        3. Rename it to ``b<batch>`` (replacing an earlier attempt at this
-           batch id); fsync the run directory. The batch is staged for the
-           first sink.
-        4. Every other sink: hard-link those files into a temporary directory
-           of its run directory, fsync it, rename it to ``b<batch>`` and fsync
-           the run directory. Spark runs the batch again if this fails midway.
+        3. Every other sink: hard-link those files into a temporary directory
+           of its run directory, fsync it, rename it to ``b<batch>``
+           (replacing an earlier attempt at this batch id) and fsync the run
+           directory. The files are linked from the first sink's temporary
+           directory, which no publisher sees yet (one may publish and delete
+           another sink's batch as soon as it is staged).
+        4. Rename the temporary directory to ``b<batch>`` likewise; fsync
+           the run directory. The batch is staged for every sink (Spark runs
+           it again if this fails midway).
         """
         first = self.run_dirs[0]
         what = f"staging batch {batch_id} in {first}"
@@ -133,19 +136,20 @@ class BatchStager:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         # 3.
-        staged = _replace_batch(first, batch_id, tmp)
-        # 4.
         for run_dir in self.run_dirs[1:]:
-            tmp = run_dir / f".{batch_dir_name(batch_id)}-{uuid.uuid4().hex}.tmp"
+            linked = run_dir / f".{batch_dir_name(batch_id)}-{uuid.uuid4().hex}.tmp"
             try:
-                wait_for_space(tmp.mkdir, f"staging batch {batch_id} in {run_dir}")
-                for path in sorted(staged.iterdir()):
-                    os.link(path, tmp / path.name)
-                fsync_dir(tmp)
+                wait_for_space(linked.mkdir, f"staging batch {batch_id} in {run_dir}")
+                for path in sorted(tmp.iterdir()):
+                    os.link(path, linked / path.name)
+                fsync_dir(linked)
             except BaseException:
+                shutil.rmtree(linked, ignore_errors=True)
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
-            _replace_batch(run_dir, batch_id, tmp)
+            _replace_batch(run_dir, batch_id, linked)
+        # 4.
+        _replace_batch(first, batch_id, tmp)
 
     def _write(self, df: DataFrame, path: Path) -> None:
         """One attempt; nothing of it is left behind when it fails."""
@@ -156,15 +160,14 @@ class BatchStager:
             raise
 
 
-def _replace_batch(run_dir: Path, batch_id: int, tmp: Path) -> Path:
+def _replace_batch(run_dir: Path, batch_id: int, tmp: Path) -> None:
     """Rename ``tmp`` to the batch's directory (replacing an earlier
-    attempt at it); fsync the run directory. Returns the batch's directory."""
+    attempt at it); fsync the run directory."""
     final = run_dir / batch_dir_name(batch_id)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
     fsync_dir(run_dir)
-    return final
 
 
 def _data_files(directory: Path) -> list[Path]:

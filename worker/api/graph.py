@@ -84,10 +84,6 @@ class Stream:
         return any(node.kind == "aggregate" for node in self.nodes)
 
     @property
-    def stateful(self) -> bool:
-        return any(node.is_stateful for node in self.nodes)
-
-    @property
     def publishes_immediately(self) -> bool:
         """Whether the branch's output is published as batches come (upsert,
         console), not on checkpoint completion."""
@@ -142,7 +138,7 @@ def _shares_a_query(branch: Stream) -> bool:
     query costs Spark's planning on every trigger; these would differ in
     nothing but their sinks. (Stateful branches keep their own queries:
     their state is mapped by query and node name.)"""
-    return not (branch.stateful or branch.bounded or branch.publishes_immediately)
+    return not (any(node.is_stateful for node in branch.nodes) or branch.bounded or branch.publishes_immediately)
 
 
 def _code_digest(code: Any, digest: Any) -> None:

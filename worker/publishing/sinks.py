@@ -8,7 +8,7 @@ from pathlib import Path
 from sparkpoint.faults import FaultInjector
 from sparkpoint.messages import SinkContract, VolumeFence
 from sparkpoint.settings import SettingsError
-from worker.api.graph import Pipeline, Stream
+from worker.api.graph import Node, Pipeline, Stream
 from worker.publishing.book import Contract, SinkBook
 from worker.publishing.publisher import Publication
 from worker.publishing.staging import StagingArea
@@ -22,9 +22,14 @@ log = logging.getLogger("sparkpoint.worker.publisher")
 STAGED_KINDS = ("sink.files", "sink.postgres")
 
 
+def stages(sink: Node) -> bool:
+    """Whether the sink stages its batches (every sink but the console)."""
+    return sink.kind in STAGED_KINDS
+
+
 def staged_branches(pipeline: Pipeline) -> list[Stream]:
-    """Branches whose sink stages its batches (every sink but the console)."""
-    return [branch for branch in pipeline.branches if branch.sink.kind in STAGED_KINDS]
+    """Branches whose sink stages its batches."""
+    return [branch for branch in pipeline.branches if stages(branch.sink)]
 
 
 def staging_root(settings: WorkerSettings, sink: str) -> Path:
@@ -80,4 +85,4 @@ def publication(branch: Stream, query: str, settings: WorkerSettings, run: str, 
 
 def publications(pipeline: Pipeline, settings: WorkerSettings, run: str, fence: VolumeFence) -> list[Publication]:
     return [publication(branch, query.name, settings, run, fence)
-            for query in pipeline.queries() for branch in query.branches if branch.sink.kind in STAGED_KINDS]
+            for query in pipeline.queries() for branch in query.branches if stages(branch.sink)]

@@ -34,7 +34,7 @@ from pyspark.sql.streaming import StreamingQuery
 from sparkpoint.eventlog import EventLog
 from worker.api.graph import Pipeline
 from worker.checkpointing.cut import committed_batch, planned_batch
-from worker.publishing.sinks import STAGED_KINDS
+from worker.publishing.sinks import stages
 from worker.runtime.progress import summarize_error
 from worker.runtime.queries import source_logs, start_query
 from worker.settings import WorkerSettings
@@ -82,7 +82,7 @@ def rehearse(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, 
                                             "upsert_trigger_interval_ms": 0})
     unbounded = [query for query in pipeline.queries() if not query.bounded]
     staging = {sink.name: scratch / "staging" / sink.name for query in unbounded for sink in query.sinks
-               if sink.kind in STAGED_KINDS}
+               if stages(sink)}
     for directory in staging.values():
         directory.mkdir(parents=True)
     queries: list[StreamingQuery] = []

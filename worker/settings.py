@@ -42,9 +42,13 @@ _PG_PARTS = ("pg_host", "pg_port", "pg_database", "pg_user", "pg_password", "pg_
 # each multiple of their interval (ProcessingTimeExecutor.nextBatchTime).
 CHECKPOINT_PHASE = 0.4
 
-# The JVM's tier-4 (C2) compile thresholds, times ten (bench/results/jit-2026-11-27-b.md).
-C2_FOR_HOT_CODE_ONLY = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
-                        "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+# The worker JVM's default options: the JVM's tier-4 (C2) compile thresholds,
+# times ten (bench/results/jit-2026-11-27-b.md); and the parallel collector
+# rather than G1, the JVM's choice on two cores: no concurrent collector
+# threads, cheaper write barriers, and at a trickle a third of G1's young
+# collection time (bench/results/stack-200-2026-12-02-f.md).
+DEFAULT_JAVA_OPTIONS = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+                        "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000 -XX:+UseParallelGC")
 
 
 # A hung holder's lock is broken after SP_HEARTBEAT_TIMEOUT, at least this
@@ -117,12 +121,14 @@ class WorkerSettings(GrpcTlsSettings):
                              "small: more partitions mean more tasks and state files every batch). At `1` a stateful "
                              "node's input is coalesced to one partition: no shuffle before its state store")
     java_options: str = Field(
-        C2_FOR_HOT_CODE_ONLY, validation_alias="SP_JAVA_OPTIONS",
+        DEFAULT_JAVA_OPTIONS, validation_alias="SP_JAVA_OPTIONS",
         description="options of the worker's Spark JVM (`spark.driver.extraJavaOptions`, after those that map "
                     "the class archive), split as a shell would. The default leaves C2 to code ten times "
                     "hotter than the JVM would: a restarted worker's start-up and first batch stay quick "
                     "under load (C1), while the records' parsing and writing get C2; `-XX:TieredStopAtLevel=4`: "
-                    "the JVM's own thresholds, `-XX:TieredStopAtLevel=1`: C1 only (a third less throughput)")
+                    "the JVM's own thresholds, `-XX:TieredStopAtLevel=1`: C1 only (a third less throughput). "
+                    "It collects garbage with the parallel collector, lighter than G1 at a trickle; "
+                    "`-XX:+UseG1GC`: G1")
     max_records_per_batch: int = Field(
         1_000_000, ge=0, description="per-batch record cap on sources (`0` = none): it bounds the batches a "
                                      "recovery replays (a few seconds of one worker's work), not a live "

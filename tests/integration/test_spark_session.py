@@ -50,6 +50,16 @@ def check_hadoop_defaults(spark) -> None:
     assert list(conf.getPropertySources("mapreduce.job.maps")) == ["mapred-default.xml"]
 
 
+def kept_history(spark) -> tuple[int, int, list[str]] | None:
+    """What Spark's status listeners keep of past jobs and SQL executions
+    (counts, and each kept execution's plan description), once no more
+    than ten of each remain (their clean-up runs on the listener thread)."""
+    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    plans = [executions.apply(i).physicalPlanDescription() for i in range(executions.size())]
+    return (jobs, len(plans), plans) if jobs <= 10 and len(plans) <= 10 else None
+
+
 def all_ended(tracker: ProgressTracker, count: int) -> list | None:
     queries = tracker.snapshot()
     return queries if len(queries) == count and not any(q.active for q in queries) else None
@@ -92,6 +102,14 @@ def test_two_queries_started_together_stage_every_event(tmp_path):
         ended = wait_until(lambda: all_ended(tracker, 2), timeout_s=60,
                            what="both queries ended, as the listener saw them")
         listener.unregister(spark)
+        # With the UI off, Spark's status listeners keep little history: ten
+        # jobs and SQL executions, each plan described as its plain tree.
+        for _ in range(20):
+            spark.range(3).collect()
+        jobs, executions, plans = wait_until(lambda: kept_history(spark), timeout_s=60,
+                                             what="Spark keeping at most ten past jobs and executions")
+        assert jobs and executions
+        assert all(plan.startswith("== Physical Plan ==") and "Arguments:" not in plan for plan in plans), plans[:1]
     finally:
         spark.stop()
     assert [(q.name, q.rows_processed, q.error) for q in ended] == [("a_out", 500, ""), ("b_out", 500, "")]

@@ -22,7 +22,7 @@ from worker import api as sp
 from worker.api.loader import load_pipeline
 from worker.publishing.sinks import check_sinks
 from worker.runtime.ui import spark_ui_conf
-from worker.settings import C2_FOR_HOT_CODE_ONLY, WorkerSettings
+from worker.settings import DEFAULT_JAVA_OPTIONS, WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 # The controller starts without authentication only when told so explicitly.
@@ -176,7 +176,7 @@ def test_worker_bad_values_name_the_variable(variable, value):
 
 
 def test_sparks_ui_is_off_unless_a_port_is_given():
-    assert spark_ui_conf(WorkerSettings.from_env({}).spark_ui_port) == {"spark.ui.enabled": "false"}
+    assert spark_ui_conf(WorkerSettings.from_env({}).spark_ui_port)["spark.ui.enabled"] == "false"
     assert spark_ui_conf(WorkerSettings.from_env({"SP_SPARK_UI_PORT": "4040"}).spark_ui_port) == {
         "spark.ui.enabled": "true", "spark.ui.port": "4040"}
 
@@ -402,7 +402,7 @@ def test_the_workers_jvm_options_follow_the_class_archives(monkeypatch, tmp_path
     archive.write_bytes(b"")
     assert session.driver_java_options(settings) == f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dx='a b'"
     assert session.driver_java_options(WorkerSettings.from_env({})) == \
-        f"-XX:SharedArchiveFile={archive} {C2_FOR_HOT_CODE_ONLY}"
+        f"-XX:SharedArchiveFile={archive} {DEFAULT_JAVA_OPTIONS}"
     assert session.driver_java_options(WorkerSettings.from_env({"SP_JAVA_OPTIONS": "-XX:TieredStopAtLevel=4"})) == \
         f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=4"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkpoint.fileio import sha256_of
 from sparkpoint.messages import CheckpointInfo
 from worker.checkpointing.layout import Column, QueryLayout, StatefulNode, StateSchema
 from worker.checkpointing.manifest import Manifest
@@ -417,8 +418,58 @@ def test_runner_keeps_only_the_retained_checkpoints_and_their_blobs(runner_parts
     assert runner.stats().durable == (store.load(3).info(), store.load(4).info())
     assert controller.committed[-1] == store.load(4).info()
     assert controller.committed[-1].queries[0].batch_id == 4
-    kept = store.load(3).digests() | store.load(4).digests()
-    assert {p.name for p in store.blobs.rglob("*") if p.is_file()} == kept
+    assert stored_blobs(store) == store.load(3).digests() | store.load(4).digests()
+
+
+def stored_blobs(store: CheckpointStore) -> set[str]:
+    return {p.name for p in store.blobs.rglob("*") if p.is_file()}
+
+
+def test_runner_lists_the_store_once_then_deletes_retired_files_by_their_manifests(runner_parts, store, monkeypatch):
+    start, clock, controller, _, query, _ = runner_parts
+    store.blobs.mkdir(parents=True)
+    (store.blobs / "ab").mkdir()
+    (store.blobs / "ab" / ("ab" * 32)).write_bytes(b"left by a crash")
+    sweeps: list[set[str]] = []
+    sweep = store.collect_garbage
+    monkeypatch.setattr(store, "collect_garbage", lambda referenced: sweeps.append(referenced) or sweep(referenced))
+    start(retain=2)
+    for checkpoint_id in range(1, 6):
+        query.batch(checkpoint_id)
+        next_checkpoint(clock, controller, checkpoint_id)
+    controller.wait_for(lambda: controller.completed == [1, 2, 3, 4, 5])
+    # One sweep at start removed what the crash left; each later retirement
+    # deleted the retired checkpoint's files that the kept ones do not share.
+    assert len(sweeps) == 1
+    assert stored_blobs(store) == store.load(4).digests() | store.load(5).digests()
+
+
+def test_files_a_failed_checkpoint_stored_go_with_the_next_retirement(runner_parts, store, tmp_path):
+    start, clock, controller, _, query, writer = runner_parts
+    stray = tmp_path / "stray"
+    stray.write_bytes(b"stored, then the checkpoint failed")
+
+    class FailingMidway:
+        calls = 0
+
+        def take(self, checkpoint_id: int) -> Manifest | None:
+            self.calls += 1
+            if self.calls == 2:
+                store.put_file(stray)
+                raise OSError(5, "Input/output error")
+            return writer.take(checkpoint_id)
+
+    runner, scheduler = start(retain=1, take=FailingMidway())
+    next_checkpoint(clock, controller, 1)
+    query.batch(1)
+    clock.now += FREQ_MS
+    scheduler.wait_finished(2)                  # failed, its file stored
+    assert store.has_blob(sha256_of(stray))
+    query.batch(2)
+    next_checkpoint(clock, controller, 3)
+    controller.wait_for(lambda: controller.completed == [1, 3])
+    assert runner.stats().failed == 1
+    assert stored_blobs(store) == store.load(3).digests()
 
 
 def test_committer_retries_and_commits_only_the_newest_once_the_controller_is_back(runner_parts, store):

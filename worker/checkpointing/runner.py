@@ -31,7 +31,7 @@ from sparkpoint.backoff import Backoff
 from sparkpoint.errors import describe_error
 from sparkpoint.grpcauth import failure
 from sparkpoint.messages import CheckpointInfo
-from worker.checkpointing.manifest import Manifest
+from worker.checkpointing.manifest import Manifest, ManifestError
 from worker.checkpointing.policy import (
     CheckpointScheduler,
     CompletionNotifier,
@@ -130,7 +130,15 @@ class CheckpointRunner:
         self._pinned: frozenset[int] = frozenset()
         self._stop = threading.Event()
         self.last: Manifest | None = None
-        self._durable = tuple(manifest.info() for manifest in store.readable()[0])
+        # The store's readable manifests, each parsed once (a manifest is
+        # never replaced): what retention keeps and garbage collection spares.
+        self._manifests = {manifest.checkpoint_id: manifest for manifest in store.readable()[0]}
+        self._durable = tuple(manifest.info() for manifest in self._manifests.values())
+        # Whether the next garbage collection lists the whole store: at start
+        # (a crash may have left files no manifest references) and after a
+        # checkpoint that failed midway. Otherwise it deletes the retired
+        # checkpoints' files that no kept one references, by their manifests.
+        self._sweep = True
         self.failed = 0
         self.error = ""
         self._threads = [threading.Thread(target=self._tick_loop, name="sparkpoint-ckpt-ticker", daemon=True),
@@ -188,9 +196,11 @@ class CheckpointRunner:
                 manifest = self._take(checkpoint_id)
                 empty = manifest is None
                 if manifest is not None:
+                    self._manifests[manifest.checkpoint_id] = manifest
                     self._retire(retention_plan(self._store.checkpoint_ids(), self._retain, self._pinned_now()))
             except Exception as error:
                 log.exception("checkpoint %d failed", checkpoint_id)
+                self._sweep = True      # it may have stored files before it failed
                 with self._lock:
                     self.failed += 1
                     self.error = f"checkpoint {checkpoint_id}: {describe_error(error)}"
@@ -232,6 +242,7 @@ class CheckpointRunner:
             return manifest
         doomed = pressure_plan(self._store.checkpoint_ids(), self._newest_complete(), self._pinned_now())
         if doomed:
+            self._sweep = True          # the attempt may have stored files before the volume filled
             freed = self._retire(doomed)
             log.warning("checkpoint %d: the checkpoint volume is full; deleted checkpoints %s (%d bytes of files), "
                         "trying again", checkpoint_id, ", ".join(map(str, doomed)), freed)
@@ -256,16 +267,37 @@ class CheckpointRunner:
             return self._pinned
 
     def _retire(self, doomed: list[int]) -> int:
-        """Delete these checkpoints, then the files no kept checkpoint
-        references; the kept ones are the durable ones reported from now on.
-        Returns the bytes freed."""
+        """Delete these checkpoints, then their files no kept checkpoint
+        references (on a sweep: every file none references); the kept ones
+        are the durable ones reported from now on. Returns the bytes freed."""
+        if any(checkpoint_id not in self._manifests for checkpoint_id in doomed):
+            self._sweep = True          # a manifest that did not parse: its files are unknown
+        retired = set().union(*(self._manifests[i].digests() for i in doomed if i in self._manifests))
         for checkpoint_id in doomed:
             self._store.delete(checkpoint_id)
-        kept, _ = self._store.readable()
-        referenced = set().union(*(m.digests() for m in kept)) if kept else set()
+        kept = self._kept()
+        referenced = set().union(*(m.digests() for m in kept))
         with self._lock:
             self._durable = tuple(m.info() for m in kept)
-        return self._store.collect_garbage(referenced)
+        if self._sweep:
+            self._sweep = False
+            return self._store.collect_garbage(referenced)
+        return self._store.delete_blobs(retired - referenced)
+
+    def _kept(self) -> list[Manifest]:
+        """The store's readable manifests, ascending, each parsed once (one
+        this runner did not write, on first sight)."""
+        manifests = {}
+        for checkpoint_id in self._store.checkpoint_ids():
+            manifest = self._manifests.get(checkpoint_id)
+            if manifest is None:
+                try:
+                    manifest = self._store.load(checkpoint_id)
+                except ManifestError:
+                    continue
+            manifests[checkpoint_id] = manifest
+        self._manifests = manifests
+        return list(manifests.values())
 
     def stop(self) -> None:
         self._stop.set()

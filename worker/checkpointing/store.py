@@ -215,8 +215,24 @@ class CheckpointStore:
         self.guard()
         self.manifest_path(checkpoint_id).unlink(missing_ok=True)
 
+    def delete_blobs(self, digests: set[str]) -> int:
+        """Delete these blobs (those of retired checkpoints no kept one
+        references); returns bytes freed."""
+        self.guard()
+        freed = 0
+        for digest in digests:
+            blob = self.blob_path(digest)
+            try:
+                freed += blob.stat().st_size
+                blob.unlink()
+            except FileNotFoundError:
+                pass
+        return freed
+
     def collect_garbage(self, referenced: set[str]) -> int:
-        """Delete blobs no retained manifest references; returns bytes freed."""
+        """Delete every blob no retained manifest references, listing the
+        whole store (what a crash or a failed checkpoint left included);
+        returns bytes freed."""
         self.guard()
         freed = 0
         if not self.blobs.is_dir():

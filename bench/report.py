@@ -13,6 +13,17 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def python_loop_s(additions: int = 20_000_000) -> float:
+    """The machine's speed as the results' notes quote it: wall seconds of
+    a Python loop of ``additions`` additions (1.0-2.3 s on the 2-core
+    machines so far; the same code's figures move with it)."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(additions):
+        total += i
+    return time.perf_counter() - started
+
+
 def spread_row(label: str, values: list[float], fmt: str) -> str:
     """``| label | median | min | max |`` with each figure formatted by ``fmt``."""
     return (f"| {label} | {statistics.median(values):{fmt}} | {min(values):{fmt}} "

@@ -24,7 +24,7 @@ from sparkpoint.faults import FaultInjector
 from worker.api.graph import Node, Pipeline, PipelineError, Query
 from worker.settings import CHECKPOINT_PHASE, WorkerSettings
 from worker.sinks.console import ConsolePrinter
-from worker.sinks.staging import BatchStager, parquet_writer
+from worker.sinks.staging import BatchStager
 from worker.sources.log_source import read_log
 
 
@@ -110,8 +110,7 @@ def start_query(spark: SparkSession, query: Query, settings: WorkerSettings, que
     if sink.name in staging:
         # Files and PostgreSQL sinks stage each batch; the publisher delivers it.
         faults = FaultInjector(settings.test_fault, settings.checkpoint_dir)
-        writer = writer.foreachBatch(BatchStager([staging[s.name] for s in query.sinks],
-                                                 write=parquet_writer(query.complete), faults=faults))
+        writer = writer.foreachBatch(BatchStager([staging[s.name] for s in query.sinks], faults=faults))
     elif sink.kind == "sink.console":
         writer = writer.foreachBatch(ConsolePrinter(name))
     else:

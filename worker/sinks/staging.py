@@ -1,10 +1,9 @@
 """Staging, the Spark side: every query but the console's ends in
 ``foreachBatch(BatchStager(run_dirs))``, one run directory per sink of the
 query. Spark's own Parquet writer writes the batch once (no Python in the
-tasks; a complete query's small result table: pyarrow, ``arrow_parquet``);
-the worker's Python, where Spark calls the function, makes it durable and
-moves it into the batch's directory atomically, then links the same files
-into every other sink's. The layout and the publisher's view of
+tasks); the worker's Python, where Spark calls the function, makes it
+durable and moves it into the batch's directory atomically, then links the
+same files into every other sink's. The layout and the publisher's view of
 it: ``worker.publishing.staging``.
 
 Spark writes its ``commits/N`` only after ``foreachBatch`` returned for batch
@@ -82,42 +81,6 @@ def _reason(error: Exception) -> str:
 def spark_parquet(df: DataFrame, path: Path) -> None:
     """Spark's built-in Parquet writer: one file per task, written by the JVM."""
     df.write.parquet(str(path))
-
-
-def arrow_parquet(df: DataFrame, path: Path) -> None:
-    """A complete query's batch, its whole result table (a row per group):
-    collected here as Arrow and written by pyarrow as one file. Spark's
-    writer would cost more than the rows at a trickle, twice a second: a job
-    commit protocol (``_temporary`` directories, task and job commits) and
-    the Hadoop configuration broadcast with it. The rows read back alike
-    (``toArrow`` gives timestamps in UTC, as Spark's writer stores them)."""
-    import pyarrow.parquet as pq
-
-    table = df.toArrow()
-    path.mkdir()
-    if table.num_rows:
-        pq.write_table(table.cast(nullable_inside(table.schema)), path / "part-00000.parquet")
-
-
-def nullable_inside(schema):
-    """``schema`` with every field inside a struct nullable: Spark may
-    declare a struct's field non-null while the struct itself is null in a
-    row, which pyarrow's writer refuses (Spark's stores the field as optional
-    there)."""
-    import pyarrow as pa
-
-    def relax(kind):
-        if pa.types.is_struct(kind):
-            return pa.struct([pa.field(f.name, relax(f.type), nullable=True) for f in kind])
-        return kind
-
-    return pa.schema([pa.field(f.name, relax(f.type), f.nullable, f.metadata) for f in schema], schema.metadata)
-
-
-def parquet_writer(complete: bool) -> WriteParquet:
-    """How a query's batches become Parquet: Spark's writer, or for a
-    complete query (an aggregate's result table) Arrow in this process."""
-    return arrow_parquet if complete else spark_parquet
 
 
 class BatchStager:

@@ -371,11 +371,12 @@ def table(args: argparse.Namespace, summary: dict, latency: dict[str, list[float
           overrides: dict[str, str]) -> list[str]:
     cpu, memory = summary["cpu"], summary["memory"]
     backlog = summary["backlog"]
+    loop_before, loop_after = summary["python_loop_s"]
     lines = [f"# The default compose stack at {args.rate:,} events/s ({args.seconds} s sampled after "
              f"{args.settle} s settling, 2 cores)", "", f"Command: `{' '.join(sys.argv)}`", "",
              f"Settings overridden: {', '.join(f'{k}={v}' for k, v in overrides.items()) or 'none'}", "",
-             "Machine: a Python loop of 20 M additions took "
-             f"{' s before the stack, '.join(f'{s:.2f}' for s in summary['python_loop_s'])} s after", ""]
+             f"Machine: a Python loop of 20 M additions took {loop_before:.2f} s before the stack, "
+             f"{loop_after:.2f} s after", ""]
     if backlog:
         lines += [f"Backlog: {backlog['events']:,} events in the log before the stack started. Every worker "
                   f"had read it {backlog['seconds']:.0f} s after `up`: {backlog['events_per_s']:,.0f} events/s "

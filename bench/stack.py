@@ -2,7 +2,7 @@
 checkpoints, lag and event -> sink latency (issue 12's targets; not part of
 the test suite).
 
-    .venv/bin/python bench/stack.py [--rate 200] [--seconds 60] [--settle 30] [--backlog EVENTS]
+    .venv/bin/python bench/stack.py [--rate 200] [--seconds 60] [--settle 360] [--backlog EVENTS]
         [--set SP_X=V ...]
 
 Builds the images (``make images``; cached) and pins the ones it built under a
@@ -13,6 +13,13 @@ producer at ``--rate`` events/s; waits until every
 worker runs with a checkpoint and the standby has rehearsed, then
 ``--settle`` seconds more (``--set`` overrides a variable docker-compose.yml
 reads, as a ``.env`` file would); then samples for ``--seconds``:
+
+(The steady state: the worker's JVM leaves C2 to code ten times hotter than
+the JVM's own thresholds, so at a trickle its JIT compiles for minutes. At
+200 events/s the aggregate query costs 0.32 cores in its second minute and
+0.21-0.23 from its sixth on, the JIT then a few ms a batch:
+bench/results/trigger_cost-2026-12-03-h. The default ``--settle`` of 360 s
+samples after that; a shorter one measures the warm-up.)
 
 - CPU per container from its cgroup's cumulative usage (cpuacct, or the
   Docker stats API where that file is absent): mean cores, and the busiest
@@ -417,7 +424,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=int, default=200, help="producer events/s")
     parser.add_argument("--seconds", type=int, default=60, help="sampling window")
-    parser.add_argument("--settle", type=int, default=30, help="seconds after every worker runs with a checkpoint")
+    parser.add_argument("--settle", type=int, default=360,
+                        help="seconds after every worker runs with a checkpoint (default: past the JIT's warm-up)")
     parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
                         help="a variable docker-compose.yml reads (repeatable)")
     parser.add_argument("--backlog", type=int, default=0, metavar="EVENTS",

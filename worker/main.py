@@ -79,14 +79,16 @@ def announced(settings: WorkerSettings, identity: WorkerIdentity, started_at: fl
 
 
 def loaded(settings: WorkerSettings) -> Pipeline:
-    """The pipeline file, loaded, its sinks checked against the settings;
+    """The pipeline file, loaded, its sources and sinks checked against the settings;
     exits naming the file or variable if either fails."""
     from worker.api.graph import PipelineError
     from worker.api.loader import load_pipeline
     from worker.publishing.sinks import check_sinks
+    from worker.runtime.queries import check_sources
 
     try:
         pipeline = load_pipeline(settings.pipeline)
+        check_sources(pipeline, settings)
         check_sinks(pipeline, settings)
     except (SettingsError, PipelineError) as error:
         exit_with_error(PROGRAM, error)

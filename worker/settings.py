@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic_settings import NoDecode
 
 from sparkpoint import limits
 from sparkpoint.errors import shown
@@ -51,6 +54,19 @@ DEFAULT_JAVA_OPTIONS = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocati
                         "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000 -XX:+UseParallelGC")
 
 
+# librdkafka property names; those Sparkpoint sets itself (and where the user says
+# what they control instead); those that hold secrets (from files only).
+KAFKA_PROPERTY = re.compile(r"^[a-z][a-z0-9_.]{0,127}$")
+KAFKA_OWNED = {
+    "bootstrap.servers": "SP_KAFKA_BOOTSTRAP",
+    "group.id": "the source reads by assignment; its offsets live in Spark's checkpoint",
+    "enable.auto.commit": "Spark's checkpoint holds the offsets",
+    "enable.auto.offset.store": "Spark's checkpoint holds the offsets",
+    "enable.partition.eof": "the reader stops at each batch's end offset",
+    "auto.offset.reset": "from_kafka(fail_on_data_loss=...)",
+}
+KAFKA_SECRET = re.compile(r"password|secret|jaas|^ssl\.key\.pem$")
+
 # A hung holder's lock is broken after SP_HEARTBEAT_TIMEOUT, at least this
 # many of its one-second touches: one late touch must not cost it its index.
 HEARTBEATS_PER_TIMEOUT = 3
@@ -58,6 +74,21 @@ HEARTBEATS_PER_TIMEOUT = 3
 # In SP_CHECKPOINT_DIR (and SP_WORKER_ID, SP_GRPC_TLS_CERT_FILE, SP_GRPC_TLS_KEY_FILE):
 # the index the process runs, so that it may take over any index (see SP_WORKER_ROLE).
 INDEX = "{index}"
+
+
+def _json_object(value: Any) -> Any:
+    """A variable holding a JSON object of strings, numbers or booleans, each
+    value as librdkafka spells it (decoded here, so that a bad one is named
+    like any other bad value)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        decoded = None
+    if not isinstance(decoded, dict) or not all(isinstance(v, (str, int, float)) for v in decoded.values()):
+        raise ValueError(f"expected a JSON object of strings, numbers or booleans, got {shown(value)}")
+    return {key: str(v).lower() if isinstance(v, bool) else str(v) for key, v in decoded.items()}
 
 
 class WorkerSettings(GrpcTlsSettings):
@@ -166,6 +197,19 @@ class WorkerSettings(GrpcTlsSettings):
                           "`verify-ca` and `verify-full`")
     pg_dsn: str | None = Field(
         None, description="instead of the settings above: one libpq connection string or `postgresql://` URI")
+    kafka_bootstrap: str | None = Field(
+        None, description="Kafka's bootstrap servers (`host:port[,host:port...]`) for `from_kafka` sources; "
+                          "required by a pipeline that has one")
+    kafka_config: Annotated[dict[str, str], NoDecode, BeforeValidator(_json_object)] = Field(
+        default_factory=dict,
+        description="librdkafka properties for the Kafka clients, as a JSON object: TLS and SASL, e.g. "
+                    "`{\"security.protocol\": \"SASL_SSL\", \"sasl.mechanism\": \"PLAIN\", \"sasl.username\": "
+                    "\"reader\"}`. Secrets go in `SP_KAFKA_CONFIG_FILES`; the properties Sparkpoint sets itself "
+                    "are refused")
+    kafka_config_files: Annotated[dict[str, SecretFile], NoDecode, BeforeValidator(_json_object)] = Field(
+        default_factory=dict,
+        description="librdkafka properties whose values are read from files (Docker secrets), as a JSON object "
+                    "of property to path, e.g. `{\"sasl.password\": \"/run/secrets/kafka-password\"}`")
     health_max_age_s: HealthMaxAge = Field(30, validation_alias="SP_HEALTH_MAX_AGE")
     test_fault: str = Field(
         "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]`, "
@@ -243,6 +287,27 @@ class WorkerSettings(GrpcTlsSettings):
         except psycopg.ProgrammingError as error:
             raise ValueError(f"not a valid PostgreSQL connection string ({str(error).strip()})") from None
         return dsn
+
+    @field_validator("kafka_config", "kafka_config_files")
+    @classmethod
+    def _librdkafka_properties(cls, config: dict, info) -> dict:
+        for prop in config:
+            if not KAFKA_PROPERTY.fullmatch(prop):
+                raise ValueError(f"{shown(prop)} is not a librdkafka property name")
+            if prop in KAFKA_OWNED:
+                raise ValueError(f"{prop} is set by Sparkpoint ({KAFKA_OWNED[prop]})")
+            if info.field_name == "kafka_config" and KAFKA_SECRET.search(prop):
+                raise ValueError(f"{prop} is a secret: give it in SP_KAFKA_CONFIG_FILES (a file holding it)")
+        return config
+
+    @property
+    def kafka(self) -> tuple[dict[str, str], dict[str, str]] | None:
+        """The Kafka clients' librdkafka properties, and the properties read
+        from files (property -> path); None without ``SP_KAFKA_BOOTSTRAP``."""
+        if not self.kafka_bootstrap:
+            return None
+        return ({"bootstrap.servers": self.kafka_bootstrap, **self.kafka_config},
+                {prop: str(secret.path) for prop, secret in self.kafka_config_files.items()})
 
     @model_validator(mode="after")
     def _index_below_count(self) -> WorkerSettings:

@@ -3,6 +3,7 @@ the pipeline file loader."""
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -385,3 +386,36 @@ def test_an_operator_piped_from_two_streams_cannot_name_two_queries():
                       second | sp.write.to_files("c", name="c"), second | sp.write.to_files("d", name="d"))
     with pytest.raises(sp.PipelineError, match="node 'm' is piped from two different streams"):
         pipeline.queries()
+
+
+# --- the Kafka source ------------------------------------------------------------
+
+def test_from_kafka_records_its_topics_start_and_options_in_the_graph():
+    pipeline = sp.run(sp.read.from_kafka(["a", "b.c"], schema=SCHEMA, name="src", starting_offsets={"a": {1: 5}},
+                                         max_records_per_batch=10, fail_on_data_loss=False,
+                                         metadata=["offset", "key"])
+                      | sp.write.to_files("out", name="sink"))
+    source = pipeline.node("src")
+    assert source.kind == "source.kafka" and source.is_source and not source.is_stateful
+    assert source.params == {"topics": ["a", "b.c"], "schema": SCHEMA, "starting_offsets": '{"a": {"1": 5}}',
+                             "max_records_per_batch": 10, "fail_on_data_loss": False, "metadata": ["key", "offset"]}
+
+
+def test_from_kafka_defaults_read_from_the_earliest_and_fail_on_data_loss():
+    source = sp.run(sp.read.from_kafka("t", schema=SCHEMA, name="src") | sp.write.to_console()).node("src")
+    assert source.params == {"topics": ["t"], "schema": SCHEMA, "starting_offsets": "earliest"}
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"topics": "bad topic"}, "a topic name is 1 to 249 letters"),
+    ({"topics": []}, "a topic name is 1 to 249 letters"),
+    ({"topics": "t", "max_records_per_batch": 0}, "from_kafka('t'): max_records_per_batch must be positive"),
+    ({"topics": "t", "starting_offsets": "newest"}, "starting_offsets is 'earliest', 'latest' or"),
+    ({"topics": "t", "starting_offsets": {"t": {0: -1}}}, "with offsets of 0 or more"),
+    ({"topics": "t", "starting_offsets": {"t": [1]}}, "starting_offsets is 'earliest'"),
+    ({"topics": "t", "metadata": ["headers"]}, "metadata ['headers'] unknown"),
+])
+def test_from_kafka_bad_arguments_name_the_source(kwargs, needle):
+    topics = kwargs.pop("topics")
+    with pytest.raises(sp.PipelineError, match=re.escape(needle)):
+        sp.read.from_kafka(topics, schema=SCHEMA, **kwargs)

@@ -21,6 +21,7 @@ from sparkpoint_cli.settings import CliSettings
 from worker import api as sp
 from worker.api.loader import load_pipeline
 from worker.publishing.sinks import check_sinks
+from worker.runtime.queries import check_sources
 from worker.runtime.ui import spark_ui_conf
 from worker.settings import DEFAULT_JAVA_OPTIONS, WorkerSettings
 
@@ -277,6 +278,46 @@ def test_files_and_upserts_run_with_checkpoints_off():
                       | sp.write.to_postgres("t", key="k", version="n", name="up"),
                       sp.read.from_log("t", schema="k string, n long") | sp.write.to_files("out"))
     check_sinks(pipeline, WorkerSettings.from_env({"SP_PG_HOST": "db", "SP_CHECKPOINT_FREQ": "0"}))
+
+
+KAFKA_PIPELINE = REPO / "pipelines" / "trades_kafka.py"
+
+
+def test_kafka_is_not_configured_by_default_and_a_kafka_source_needs_it():
+    settings = WorkerSettings.from_env({})
+    assert settings.kafka is None
+    error = settings_error(lambda: check_sources(load_pipeline(KAFKA_PIPELINE), settings), "SP_KAFKA_BOOTSTRAP")
+    assert "source trades reads Kafka topic(s) trades" in str(error)
+
+
+def test_kafka_properties_pass_through_and_secrets_come_from_files(tmp_path):
+    password = tmp_path / "kafka-password"
+    password.write_text("s3cret\n")
+    settings = WorkerSettings.from_env({
+        "SP_KAFKA_BOOTSTRAP": "k1:9092,k2:9092",
+        "SP_KAFKA_CONFIG": '{"security.protocol": "SASL_SSL", "sasl.username": "reader", "fetch.wait.max.ms": 50, '
+                           '"check.crcs": true}',
+        "SP_KAFKA_CONFIG_FILES": f'{{"sasl.password": "{password}"}}'})
+    assert settings.kafka == ({"bootstrap.servers": "k1:9092,k2:9092", "security.protocol": "SASL_SSL",
+                               "sasl.username": "reader", "fetch.wait.max.ms": "50", "check.crcs": "true"},
+                              {"sasl.password": str(password)})
+    check_sources(load_pipeline(KAFKA_PIPELINE), settings)
+    assert "s3cret" not in repr(settings)
+
+
+@pytest.mark.parametrize("env, variable, needle", [
+    ({"SP_KAFKA_CONFIG": '{"sasl.password": "x"}'}, "SP_KAFKA_CONFIG", "is a secret: give it in SP_KAFKA_CONFIG_FILES"),
+    ({"SP_KAFKA_CONFIG": '{"group.id": "mine"}'}, "SP_KAFKA_CONFIG", "group.id is set by Sparkpoint"),
+    ({"SP_KAFKA_CONFIG": '{"bootstrap.servers": "k:1"}'}, "SP_KAFKA_CONFIG", "SP_KAFKA_BOOTSTRAP"),
+    ({"SP_KAFKA_CONFIG": '{"auto.offset.reset": "latest"}'}, "SP_KAFKA_CONFIG", "fail_on_data_loss"),
+    ({"SP_KAFKA_CONFIG": '{"Not A Property": "x"}'}, "SP_KAFKA_CONFIG", "is not a librdkafka property name"),
+    ({"SP_KAFKA_CONFIG": "security.protocol=SSL"}, "SP_KAFKA_CONFIG", "expected a JSON object of strings, numbers"),
+    ({"SP_KAFKA_CONFIG": '{"ssl": {"ca": "x"}}'}, "SP_KAFKA_CONFIG", "expected a JSON object of strings, numbers"),
+    ({"SP_KAFKA_CONFIG_FILES": '{"sasl.password": "/nonexistent/kafka-password"}'}, "SP_KAFKA_CONFIG_FILES",
+     "cannot read the secret file /nonexistent/kafka-password"),
+])
+def test_kafka_bad_settings_name_the_variable(env, variable, needle):
+    assert needle in str(settings_error(lambda: WorkerSettings.from_env(env), variable))
 
 
 # --- ControllerSettings -------------------------------------------------------

@@ -3,6 +3,7 @@
     from worker import api as sp
 
     trades = sp.read.from_log("trades", schema=TRADE_SCHEMA, name="trades")
+    # or, from Kafka: sp.read.from_kafka("trades", schema=TRADE_SCHEMA, name="trades")
     sp.run(trades | sp.map(enrich, name="enrich") | sp.write.to_files("enriched", name="files_out"))
 
 Name every stateful node: the name is the identity of its state across
@@ -11,6 +12,7 @@ restarts and pipeline changes. Unnamed nodes get ``<kind>_<position>``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,6 +21,10 @@ from worker.api.graph import Node, Operator, Pipeline, PipelineError, Stream
 from worker.api.loader import record_pipeline
 
 __all__ = ["read", "write", "map", "filter", "aggregate", "deduplicate", "run", "Pipeline", "PipelineError"]
+
+KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# The record fields from_kafka(metadata=...) adds as columns, in their order.
+KAFKA_METADATA = ("key", "topic", "partition", "offset", "timestamp")
 
 TABLE_PATTERN = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
@@ -46,6 +52,70 @@ class _Read:
         if bounded:
             params["bounded"] = True
         return Stream((Node("source.log", params, name),))
+
+    @staticmethod
+    def from_kafka(topics: str | list[str], *, schema: str, name: str | None = None,
+                   starting_offsets: str | Mapping[str, Mapping[int, int]] = "earliest",
+                   max_records_per_batch: int | None = None, bounded: bool = False, fail_on_data_loss: bool = True,
+                   metadata: list[str] | tuple[str, ...] = ()) -> Stream:
+        """Read the Kafka topic(s) ``topics`` (brokers from ``SP_KAFKA_BOOTSTRAP``);
+        this worker reads only its partitions of each (``p % SP_WORKER_COUNT ==
+        SP_WORKER_INDEX``), with ``read_committed`` unless ``SP_KAFKA_CONFIG`` says
+        otherwise.
+
+        Each record's value is a JSON object, parsed into ``schema`` (a Spark DDL
+        string) as the log's events are; ``metadata`` adds the record's own fields
+        as columns ``kafka_<field>``: any of ``key``, ``topic``, ``partition``,
+        ``offset``, ``timestamp``. Records without a value (tombstones) are skipped.
+        The offsets read are recorded in Spark's checkpoint, and so in
+        Sparkpoint's checkpoints and savepoints.
+
+        ``starting_offsets``: where a new pipeline starts, ``"earliest"``,
+        ``"latest"`` or ``{topic: {partition: offset}}`` (partitions not named start
+        at their earliest); resolved once, at the first batch, and recorded, so a
+        restart never resolves ``latest`` again. ``max_records_per_batch`` and
+        ``bounded`` as for ``from_log`` (the cap is spread over the partitions by
+        their backlog). ``fail_on_data_loss``: records the pipeline was to read and
+        Kafka no longer holds (retention, a partition gone, a topic recreated) fail
+        the query, naming topic, partition and offsets; ``False`` logs them and goes
+        on from the earliest offsets Kafka has.
+        """
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if not names or any(not isinstance(t, str) or not KAFKA_TOPIC.match(t) for t in names):
+            raise PipelineError(f"from_kafka({topics!r}): a topic name is 1 to 249 letters, digits, '.', '_' or '-'")
+        label = f"from_kafka({names[0] if len(names) == 1 else names!r})"
+        if max_records_per_batch is not None and max_records_per_batch < 1:
+            raise PipelineError(f"{label}: max_records_per_batch must be positive")
+        unknown = sorted(set(metadata) - set(KAFKA_METADATA))
+        if unknown:
+            raise PipelineError(f"{label}: metadata {unknown} unknown: choose from {list(KAFKA_METADATA)}")
+        params: dict[str, Any] = {"topics": names, "schema": schema,
+                                  "starting_offsets": _starting_offsets(label, starting_offsets)}
+        if max_records_per_batch is not None:
+            params["max_records_per_batch"] = max_records_per_batch
+        if bounded:
+            params["bounded"] = True
+        if not fail_on_data_loss:
+            params["fail_on_data_loss"] = False
+        if metadata:
+            params["metadata"] = [field for field in KAFKA_METADATA if field in metadata]
+        return Stream((Node("source.kafka", params, name),))
+
+
+def _starting_offsets(label: str, given: str | Mapping[str, Mapping[int, int]]) -> str:
+    """``earliest``, ``latest`` or explicit offsets as JSON ``{"topic": {"partition": offset}}``."""
+    if given in ("earliest", "latest"):
+        return given
+    if isinstance(given, Mapping):
+        try:
+            explicit = {str(topic): {str(int(p)): int(o) for p, o in partitions.items()}
+                        for topic, partitions in given.items()}
+        except (AttributeError, TypeError, ValueError):
+            explicit = None
+        if explicit is not None and all(o >= 0 for parts in explicit.values() for o in parts.values()):
+            return json.dumps(explicit, sort_keys=True)
+    raise PipelineError(f"{label}: starting_offsets is 'earliest', 'latest' or {{topic: {{partition: offset}}}} "
+                        f"with offsets of 0 or more, got {given!r}")
 
 
 class _Write:

@@ -3,7 +3,8 @@
 Steps (``serve``):
 3. Register with the controller (retrying while it is unreachable),
    reporting the durable checkpoints on the volume; learn what to restore:
-   the newest checkpoint, or the user's savepoint. Wait for the source logs.
+   the newest checkpoint, or the user's savepoint. Wait for the source logs
+   and Kafka topics.
 4. Read every sink's mark ("published up to", waiting while its target is
    unreachable), then restore (``restoring.restore_checkpoint``) into a
    fresh working directory; refuse a checkpoint taken over another share
@@ -63,8 +64,9 @@ from worker.lifecycle.restoring import (
 from worker.publishing.publisher import Publisher
 from worker.publishing.sinks import publications
 from worker.runtime.progress import summarize_error
-from worker.runtime.queries import checkpoint_phase_ms, source_logs
+from worker.runtime.queries import checkpoint_phase_ms, kafka_topics, source_logs
 from worker.settings import WorkerSettings
+from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
 from worker.stateplan.layout import PipelineLayout
 
 if TYPE_CHECKING:
@@ -111,17 +113,25 @@ class Session:
     fence: VolumeFence = VolumeFence()
 
 
-def wait_for_logs(pipeline: Pipeline, settings: WorkerSettings, stop: threading.Event) -> bool:
-    """Wait until every source log exists (the producer creates them)."""
+def wait_for_sources(pipeline: Pipeline, settings: WorkerSettings, stop: threading.Event) -> bool:
+    """Wait until every source log exists (the producer creates them) and
+    Kafka has every source topic (brokers unreachable: waits too)."""
+    topics = kafka_topics(pipeline)
+    broker = Broker(client_config(*settings.kafka)) if topics else None
     backoff = Backoff(initial_s=0.2, maximum_s=2.0)
-    announced = False
+    announced = ""
     while not stop.is_set():
-        missing = [str(p) for p in source_logs(pipeline, settings) if not EventLog(p).exists()]
+        missing = [f"event log {p}" for p in source_logs(pipeline, settings) if not EventLog(p).exists()]
+        if broker is not None:
+            try:
+                broker.partitions(topics)
+            except BrokerUnavailable as error:
+                missing.append(str(error))
         if not missing:
             return True
-        if not announced:
-            log.info("waiting for event log(s) %s", ", ".join(missing))
-            announced = True
+        if ", ".join(missing) != announced:
+            announced = ", ".join(missing)
+            log.info("waiting for %s", announced)
         stop.wait(backoff.next_delay())
     return False
 
@@ -229,7 +239,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         return RunOutcome(RunEnd.STOPPED)
     log.info("registered as %s (index %d of %d); restore: %s", settings.worker_id, registered.worker_index,
              registered.worker_count, registered.restore.describe())
-    if not wait_for_logs(pipeline, settings, stop):
+    if not wait_for_sources(pipeline, settings, stop):
         return RunOutcome(RunEnd.STOPPED)
     run_dir = fresh_run_dir(settings)
     query_root = run_dir / "queries"

@@ -21,10 +21,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from sparkpoint.faults import FaultInjector
+from sparkpoint.settings import SettingsError
 from worker.api.graph import Node, Pipeline, PipelineError, Query
 from worker.settings import CHECKPOINT_PHASE, WorkerSettings
 from worker.sinks.console import ConsolePrinter
 from worker.sinks.staging import BatchStager
+from worker.sources.kafka import read_kafka
 from worker.sources.log_source import read_log
 
 
@@ -72,8 +74,30 @@ def checkpoint_phase_ms(settings: WorkerSettings) -> float:
     return settings.trigger_interval_ms * CHECKPOINT_PHASE
 
 
-def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | None) -> DataFrame:
+def check_sources(pipeline: Pipeline, settings: WorkerSettings) -> None:
+    """Refuse, naming the setting, a source that cannot be read as configured."""
+    for node in pipeline.nodes():
+        if node.kind == "source.kafka" and settings.kafka is None:
+            raise SettingsError("SP_KAFKA_BOOTSTRAP", f"source {node.name} reads Kafka topic(s) "
+                                                      f"{', '.join(node.params['topics'])}: set SP_KAFKA_BOOTSTRAP")
+
+
+def kafka_topics(pipeline: Pipeline) -> list[str]:
+    """The Kafka topics the pipeline reads."""
+    return sorted({topic for node in pipeline.nodes() if node.kind == "source.kafka" for topic in node.params["topics"]})
+
+
+def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | None,
+          checkpoint: Path) -> DataFrame:
+    """``checkpoint``: the query's Spark checkpoint directory."""
     cap = node.params.get("max_records_per_batch", settings.max_records_per_batch) if cap is None else cap
+    if node.kind == "source.kafka":
+        config, config_files = settings.kafka
+        return read_kafka(spark, node.params["topics"], node.params["schema"], config=config,
+                          config_files=config_files, starting_offsets=node.params["starting_offsets"],
+                          worker_index=settings.worker_index, worker_count=settings.worker_count,
+                          max_records_per_batch=cap, fail_on_data_loss=node.params.get("fail_on_data_loss", True),
+                          metadata=node.params.get("metadata", ()), checkpoint=checkpoint)
     return read_log(spark, settings.log_dir / node.params["log"], node.params["schema"],
                     worker_index=settings.worker_index, worker_count=settings.worker_count,
                     max_records_per_batch=cap)
@@ -94,7 +118,7 @@ def start_query(spark: SparkSession, query: Query, settings: WorkerSettings, que
     per batch, whatever the settings and pipeline say (a rehearsal's)."""
     name = query.name
     source, *transforms = query.stem
-    df = _read(spark, source, settings, cap)
+    df = _read(spark, source, settings, cap, query_root / name)
     for node in transforms:
         df = apply_node(single_partition(df, node, settings), node)
     writer = (

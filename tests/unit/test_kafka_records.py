@@ -1,0 +1,54 @@
+"""Kafka record values into Arrow (``worker.sources.kafka.records``): the
+pipeline's schema as the log reads it, the record's own fields on request,
+and a value that is not a JSON object named by its offset."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pytest
+
+from worker.sources.kafka.records import Chunk, MalformedRecord, to_batch
+
+PAYLOAD = [pa.field("id", pa.int64()), pa.field("sym", pa.string()), pa.field("time", pa.timestamp("us", tz="UTC"))]
+
+
+def chunk(values: list[bytes], first_offset: int = 40) -> Chunk:
+    records = Chunk("trades", 3)
+    for i, value in enumerate(values):
+        records.add(value, first_offset + 2 * i, f"k{i}".encode() if i % 2 == 0 else None, 1_700_000_000_000 + i)
+    return records
+
+
+def test_values_parse_into_the_schema_ignoring_extra_fields_and_nulling_missing_ones():
+    values = [json.dumps({"id": 1, "sym": "A", "time": "2026-12-07T10:00:00.000001Z", "extra": [1]}).encode(),
+              json.dumps({"id": 2}).encode()]
+    batch = to_batch(chunk(values), pa.schema(PAYLOAD), ())
+    assert batch.schema == pa.schema(PAYLOAD)
+    assert batch.to_pylist() == [
+        {"id": 1, "sym": "A", "time": dt.datetime(2026, 12, 7, 10, 0, 0, 1, tzinfo=dt.timezone.utc)},
+        {"id": 2, "sym": None, "time": None}]
+
+
+def test_metadata_columns_carry_each_records_key_topic_partition_offset_and_timestamp():
+    schema = pa.schema(PAYLOAD + [pa.field("kafka_key", pa.string()), pa.field("kafka_topic", pa.string()),
+                                  pa.field("kafka_partition", pa.int32()), pa.field("kafka_offset", pa.int64()),
+                                  pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC"))])
+    batch = to_batch(chunk([b'{"id": 1}', b'{"id": 2}']), schema, ("key", "topic", "partition", "offset", "timestamp"))
+    rows = batch.to_pylist()
+    assert [(r["kafka_key"], r["kafka_topic"], r["kafka_partition"], r["kafka_offset"]) for r in rows] == \
+        [("k0", "trades", 3, 40), (None, "trades", 3, 42)]
+    assert rows[1]["kafka_timestamp"] == dt.datetime.fromtimestamp(1_700_000_000.001, dt.timezone.utc)
+
+
+def test_a_pretty_printed_value_is_one_record():
+    value = json.dumps({"id": 7, "sym": "B"}, indent=2).encode()
+    assert to_batch(chunk([value, b'{"id": 8}']), pa.schema(PAYLOAD), ()).column("id").to_pylist() == [7, 8]
+
+
+@pytest.mark.parametrize("bad, why", [(b"{not json", "not JSON"), (b"[1, 2]", "not a JSON object")])
+def test_a_value_that_is_not_a_json_object_fails_naming_its_offset(bad, why):
+    with pytest.raises(MalformedRecord, match=rf"topic 'trades' partition 3 offset 42: the value is {why}"):
+        to_batch(chunk([b'{"id": 1}', bad, b'{"id": 3}']), pa.schema(PAYLOAD), ())

@@ -1,0 +1,56 @@
+"""Kafka topics as a Spark streaming source (``sp.read.from_kafka``).
+
+Offsets are Kafka offsets per topic-partition, recorded in Spark's
+checkpoint before each batch runs (and so in Sparkpoint's checkpoints and
+savepoints); worker ``i`` of ``n`` reads the partitions ``p % n == i`` of
+each topic; values are JSON records parsed into the pipeline's schema;
+``read_committed`` by default. See ``datasource`` for how a batch is
+planned, ``fetch`` for how it is read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from worker.sources.kafka.datasource import FORMAT, KafkaDataSource
+from worker.sources.kafka.records import METADATA_PREFIX
+
+# DDL of the record fields ``metadata=`` adds, as ``kafka_<field>`` columns.
+METADATA_DDL = {"key": "string", "topic": "string", "partition": "int", "offset": "long", "timestamp": "timestamp"}
+
+# Where a query's resolved starting offsets are recorded, in its checkpoint directory.
+INITIAL_OFFSETS = "sources/0/kafka-initial-offsets.json"
+
+
+def read_kafka(spark: SparkSession, topics: Sequence[str], schema: str, *, config: Mapping[str, str],
+               config_files: Mapping[str, str] = {}, starting_offsets: str = "earliest", worker_index: int = 0,
+               worker_count: int = 1, max_records_per_batch: int = 0, fail_on_data_loss: bool = True,
+               metadata: Sequence[str] = (), checkpoint: Path | None = None,
+               stall_timeout_ms: int = 60_000) -> DataFrame:
+    """A streaming DataFrame of ``topics``' JSON records with ``schema`` (a
+    DDL string), then a ``kafka_<field>`` column for each of ``metadata``.
+    ``config``: librdkafka properties (``bootstrap.servers`` among them);
+    ``config_files``: properties whose values are read from files where the
+    records are read (secrets); ``checkpoint``: the query's checkpoint
+    directory, where the resolved starting offsets are recorded."""
+    spark.dataSource.register(KafkaDataSource)
+    columns = ", ".join([schema] + [f"{METADATA_PREFIX}{name} {METADATA_DDL[name]}" for name in metadata])
+    options = {
+        "topics": json.dumps(list(topics)),
+        "config": json.dumps(dict(config)),
+        "configFiles": json.dumps(dict(config_files)),
+        "startingOffsets": starting_offsets,
+        "workerIndex": str(worker_index),
+        "workerCount": str(worker_count),
+        "maxRecordsPerBatch": str(max_records_per_batch),
+        "failOnDataLoss": str(fail_on_data_loss).lower(),
+        "metadata": json.dumps(list(metadata)),
+        "stallTimeoutMs": str(stall_timeout_ms),
+    }
+    if checkpoint is not None:
+        options["initialOffsetsPath"] = str(checkpoint / INITIAL_OFFSETS)
+    return spark.readStream.format(FORMAT).schema(columns).options(**options).load()

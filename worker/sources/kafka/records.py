@@ -1,0 +1,99 @@
+"""Kafka records into Arrow: JSON values parsed by pyarrow into the
+pipeline's schema, plus the record's own fields on request.
+
+Fields the schema lacks are ignored, missing ones are null (as with the
+log); a value that is not a JSON object fails the batch, naming the record.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.json as pa_json
+
+# The record's own fields a source can add as columns (``metadata=``), and their types.
+METADATA_TYPES = {
+    "key": pa.string(),
+    "topic": pa.string(),
+    "partition": pa.int32(),
+    "offset": pa.int64(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+METADATA_PREFIX = "kafka_"
+
+
+class MalformedRecord(ValueError):
+    """A record's value is not a JSON object of the schema's fields."""
+
+
+@dataclass
+class Chunk:
+    """Records of one partition collected for one Arrow batch."""
+
+    topic: str
+    partition: int
+    values: list[bytes] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)   # milliseconds since the epoch
+
+    def add(self, value: bytes, offset: int, key: bytes | None, timestamp_ms: int) -> None:
+        self.values.append(value)
+        self.offsets.append(offset)
+        self.keys.append(key)
+        self.timestamps.append(timestamp_ms)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _parse(chunk: Chunk, payload: pa.Schema) -> pa.Table:
+    data = b"\n".join(chunk.values)
+    options = pa_json.ParseOptions(explicit_schema=payload, unexpected_field_behavior="ignore",
+                                   newlines_in_values=b"\n" in data and len(chunk) > 1)
+    try:
+        table = pa_json.read_json(io.BytesIO(data), parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise MalformedRecord(_which(chunk, str(error))) from None
+    if table.num_rows != len(chunk):
+        raise MalformedRecord(_which(chunk, f"{len(chunk)} values parsed into {table.num_rows} rows"))
+    return table.select(payload.names)
+
+
+def _which(chunk: Chunk, why: str) -> str:
+    """Name the first record that is not a JSON object (slow path: only on failure)."""
+    for value, offset in zip(chunk.values, chunk.offsets):
+        try:
+            if isinstance(json.loads(value), dict):
+                continue
+            reason = "not a JSON object"
+        except ValueError as error:
+            reason = f"not JSON ({error})"
+        return f"topic {chunk.topic!r} partition {chunk.partition} offset {offset}: the value is {reason}"
+    return (f"topic {chunk.topic!r} partition {chunk.partition} offsets {chunk.offsets[0]} to {chunk.offsets[-1]}: "
+            f"the values do not fit the schema ({why})")
+
+
+def _metadata(chunk: Chunk, name: str) -> pa.Array:
+    rows = len(chunk)
+    if name == "key":
+        return pa.array([None if k is None else k.decode("utf-8", "replace") for k in chunk.keys], pa.string())
+    if name == "topic":
+        return pa.array([chunk.topic] * rows, pa.string())
+    if name == "partition":
+        return pa.array([chunk.partition] * rows, pa.int32())
+    if name == "offset":
+        return pa.array(chunk.offsets, pa.int64())
+    return pa.array([ms * 1000 for ms in chunk.timestamps], pa.timestamp("us", tz="UTC"))
+
+
+def to_batch(chunk: Chunk, schema: pa.Schema, metadata: tuple[str, ...]) -> pa.RecordBatch:
+    """``schema``: the source's whole output (payload fields, then
+    ``kafka_<field>`` for each of ``metadata``)."""
+    payload = pa.schema(list(schema)[:len(schema) - len(metadata)])
+    table = _parse(chunk, payload)
+    columns = list(table.columns) + [_metadata(chunk, name) for name in metadata]
+    return pa.Table.from_arrays(columns, schema=schema).combine_chunks().to_batches()[0]

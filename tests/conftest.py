@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.kafkaserver import KafkaServer
 from tests.pgserver import CommitCutProxy, PostgresServer
 
 
@@ -15,6 +16,9 @@ def pytest_runtest_makereport(item, call):
     server = getattr(item, "funcargs", {}).get("postgres")
     if report.failed and isinstance(server, PostgresServer):
         report.sections.append((f"postgres log ({server.log_path})", server.log_tail()))
+    broker = getattr(item, "funcargs", {}).get("kafka")
+    if report.failed and isinstance(broker, KafkaServer):
+        report.sections.append((f"kafka broker log ({broker.log_path})", broker.log()))
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +34,14 @@ def commit_cut_proxy(postgres: PostgresServer) -> Iterator[CommitCutProxy]:
     """A CommitCutProxy in front of the session's server, for one test."""
     with CommitCutProxy("127.0.0.1", postgres.port) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaServer]:
+    """A private Kafka broker shared by the session (``kafka.bootstrap``);
+    started only if some test asks for it. Tests create topics of their own."""
+    server = KafkaServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

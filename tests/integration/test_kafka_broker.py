@@ -1,0 +1,146 @@
+"""The guarantees of the test broker (``tests/kafkaserver.py``) that the
+Kafka source's tests rely on, checked against it: a broker that lost one
+must fail here, not let a source or sink test pass.
+
+- ``read_committed`` consumers never see records of aborted transactions,
+  nor of open ones, and see committed ones;
+- the latest offset listed under ``read_committed`` is the last stable
+  offset: it stops before an open transaction;
+- records deleted below a new start (as retention deletes them) are gone:
+  the earliest offset moves, and a consumer positioned below it gets an
+  offset error rather than silently skipping.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+pytestmark = pytest.mark.integration
+
+
+def values(bootstrap: str, topic: str, isolation: str, end: int) -> list[bytes]:
+    """Every value of partition 0 a consumer with ``isolation`` is given, reading until the partition's end."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "guard", "isolation.level": isolation,
+                         "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen, at_end = [], False
+    try:
+        for _ in range(200):
+            for message in consumer.consume(100, timeout=0.2):
+                if message.error() is None:
+                    seen.append(message.value())
+                elif message.error().code() == KafkaError._PARTITION_EOF and message.offset() >= end:
+                    at_end = True
+            if at_end:
+                return seen
+    finally:
+        consumer.close()
+    raise AssertionError(f"{isolation}: never reached the end ({end}) of {topic}; saw {seen}")
+
+
+def latest(admin: AdminClient, topic: str, level: IsolationLevel) -> int:
+    futures = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()}, isolation_level=level)
+    return next(iter(futures.values())).result().offset
+
+
+def transactional(bootstrap: str, tid: str) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    producer.init_transactions(10)
+    return producer
+
+
+def test_read_committed_sees_committed_transactions_only_and_stops_before_an_open_one(kafka):
+    topic = "guard-transactions"
+    kafka.create_topic(topic, 1)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    committer, aborter, holder = (transactional(kafka.bootstrap, f"guard-{n}") for n in ("c", "a", "h"))
+    committer.begin_transaction()
+    committer.produce(topic, b"committed-1", partition=0)
+    committer.produce(topic, b"committed-2", partition=0)
+    committer.commit_transaction(10)
+    aborter.begin_transaction()
+    aborter.produce(topic, b"aborted", partition=0)
+    aborter.flush(10)
+    aborter.abort_transaction(10)
+    holder.begin_transaction()
+    holder.produce(topic, b"open", partition=0)
+    holder.flush(10)
+
+    stable = latest(admin, topic, IsolationLevel.READ_COMMITTED)
+    high = latest(admin, topic, IsolationLevel.READ_UNCOMMITTED)
+    assert stable < high, f"the last stable offset ({stable}) is not before the open transaction (high {high})"
+    # The test wrote what it claims: an uncommitted reader sees all of it.
+    assert values(kafka.bootstrap, topic, "read_uncommitted", high) == \
+        [b"committed-1", b"committed-2", b"aborted", b"open"]
+    assert values(kafka.bootstrap, topic, "read_committed", stable) == [b"committed-1", b"committed-2"]
+
+    holder.commit_transaction(10)
+    stable = latest(admin, topic, IsolationLevel.READ_COMMITTED)
+    assert stable == latest(admin, topic, IsolationLevel.READ_UNCOMMITTED)
+    assert values(kafka.bootstrap, topic, "read_committed", stable) == [b"committed-1", b"committed-2", b"open"]
+
+
+def test_deleted_records_move_the_earliest_offset_and_a_reader_below_it_gets_an_error(kafka):
+    topic = "guard-retention"
+    kafka.create_topic(topic, 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for n in range(10):
+        producer.produce(topic, str(n).encode(), partition=0)
+    producer.flush(10)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    deleted = admin.delete_records([TopicPartition(topic, 0, 6)])
+    next(iter(deleted.values())).result(10)
+    earliest = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()})
+    assert next(iter(earliest.values())).result().offset == 6
+
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "guard", "auto.offset.reset": "error",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 2)])
+    try:
+        for _ in range(100):
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            assert message.error() is not None, f"read offset {message.offset()}, below the partition's start (6)"
+            assert message.error().code() == KafkaError._AUTO_OFFSET_RESET
+            return
+    finally:
+        consumer.close()
+    raise AssertionError("no error for a position below the partition's start")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "noida-db 0.2.3 lists aborted transactions that ended before the fetch offset: a read_committed reader "
+    "starting after a producer's aborted transaction drops that producer's later committed records (Kafka lists "
+    "only the aborted transactions a fetch overlaps). It hides records, never shows aborted ones: a test it "
+    "affects fails rather than passes. Strict: when a broker version fixes it, this fails and must be removed."))
+def test_a_reader_starting_after_an_abort_sees_the_same_producers_later_commits(kafka):
+    topic = "guard-after-abort"
+    kafka.create_topic(topic, 1)
+    producer = transactional(kafka.bootstrap, "guard-after-abort")
+    for value, commit in ((b"first", True), (b"aborted", False), (b"second", True)):
+        producer.begin_transaction()
+        producer.produce(topic, value, partition=0)
+        producer.flush(10)
+        producer.commit_transaction(10) if commit else producer.abort_transaction(10)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    end = latest(admin, topic, IsolationLevel.READ_COMMITTED)
+    assert values(kafka.bootstrap, topic, "read_committed", end) == [b"first", b"second"]
+    # From offset 4 (after the aborted transaction's marker at 3): the second commit only.
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "guard", "isolation.level": "read_committed",
+                         "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 4)])
+    seen, at_end = [], False
+    try:
+        for _ in range(100):
+            for message in consumer.consume(100, timeout=0.2):
+                if message.error() is None:
+                    seen.append(message.value())
+                at_end = at_end or message.error() is not None and message.error().code() == KafkaError._PARTITION_EOF
+            if at_end:
+                break
+    finally:
+        consumer.close()
+    assert at_end and seen == [b"second"]

@@ -1,0 +1,153 @@
+"""The Kafka source in real Spark queries and a real worker, against a real
+broker (``tests/kafkaserver.py``): every record once across a broker
+restart and the query's own restart; a malformed value named; a worker
+killed mid-run resumes from its checkpoint's Kafka offsets, every trade
+published exactly once."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.errors import StreamingQueryException
+
+from sparkpoint.eventlog import partition_for_key
+from sparkpoint.producer import trades
+from tests.support import all_published, expected_vwap, get_json, wait_until, worker_status
+from worker.publishing.targets.files import read_published
+from worker.runtime.session import start_session
+from worker.settings import WorkerSettings
+from worker.sources.kafka import read_kafka
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "id long, sym string, price double, size long, time timestamp"
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kafka-source")
+    session = start_session(WorkerSettings.from_env({"SP_SPARK_MASTER": "local[2]", "SP_WORK_DIR": str(root)}))
+    yield session
+    session.stop()
+
+
+def produce(bootstrap: str, topic: str, events: list[dict], partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for event in events:
+        producer.produce(topic, json.dumps(event).encode(), key=event["sym"].encode(),
+                         partition=partition_for_key(event["sym"], partitions))
+    assert producer.flush(30) == 0, "the broker did not acknowledge every record"
+
+
+def events(first: int, count: int) -> list[dict]:
+    generator = trades(seed=3, first_id=first)
+    return [next(generator) for _ in range(count)]
+
+
+def start(spark, kafka, topic: str, root: Path):
+    df = read_kafka(spark, [topic], SCHEMA, config={"bootstrap.servers": kafka.bootstrap},
+                    max_records_per_batch=100, checkpoint=root / "checkpoint")
+    return (df.writeStream.format("parquet").option("path", str(root / "out"))
+            .option("checkpointLocation", str(root / "checkpoint")).trigger(processingTime="200 milliseconds").start())
+
+
+def ids_written(spark, root: Path) -> list[int]:
+    return [row.id for row in spark.read.parquet(str(root / "out")).select("id").collect()]
+
+
+def test_a_query_reads_every_record_once_across_a_broker_restart_and_its_own_restart(spark, kafka, tmp_path):
+    topic = "pipeline-restarts"
+    kafka.create_topic(topic, 3)
+    produce(kafka.bootstrap, topic, events(0, 300), 3)
+    query = start(spark, kafka, topic, tmp_path)
+    query.processAllAvailable()
+    assert sorted(ids_written(spark, tmp_path)) == list(range(300))
+    assert all(p["numInputRows"] <= 100 for p in query.recentProgress), "a batch went over the cap"
+
+    kafka.kill(signal.SIGTERM)
+    # Triggers with the broker gone plan no batch and fail nothing.
+    query.processAllAvailable()
+    assert query.isActive and query.exception() is None
+    kafka.start()
+    produce(kafka.bootstrap, topic, events(300, 300), 3)
+    query.processAllAvailable()
+    query.stop()
+
+    produce(kafka.bootstrap, topic, events(600, 100), 3)
+    restarted = start(spark, kafka, topic, tmp_path)
+    try:
+        restarted.processAllAvailable()
+    finally:
+        restarted.stop()
+    ids = ids_written(spark, tmp_path)
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} records read twice"
+    assert sorted(ids) == list(range(700))
+
+
+def test_a_value_that_is_not_json_fails_the_query_naming_its_offset(spark, kafka, tmp_path):
+    topic = "pipeline-malformed"
+    kafka.create_topic(topic, 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for value in (b'{"id": 1}', b'{"id": 2}', b"id=3"):
+        producer.produce(topic, value, partition=0)
+    producer.flush(10)
+    query = start(spark, kafka, topic, tmp_path)
+    with pytest.raises(StreamingQueryException, match=f"topic '{topic}' partition 0 offset 2: the value is not JSON"):
+        query.processAllAvailable()
+
+
+PIPELINE = '''
+from pyspark.sql import functions as F
+from worker import api as sp
+
+trades = sp.read.from_kafka("trades", schema="id long, sym string, price double, size long, time timestamp",
+                            name="trades")
+sp.run(
+    trades | sp.map(lambda df: df.withColumn("notional", F.col("price") * F.col("size")), name="enrich")
+    | sp.write.to_files("trades_enriched", name="enriched_out"),
+    trades | sp.aggregate("sym", {"notional": "sum(price * size)", "volume": "sum(size)", "trades": "count(1)"},
+                          name="vwap_state")
+    | sp.write.to_files("vwap", name="vwap_out"),
+)
+'''
+
+
+def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exactly_once(make_stack, kafka, tmp_path):
+    seed = random.randrange(1 << 30)
+    print(f"kill seed: {seed}")
+    kafka.create_topic("trades", 4)
+    pipeline = tmp_path / "kafka_pipeline.py"
+    pipeline.write_text(PIPELINE)
+    stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap,
+                       SP_MAX_RECORDS_PER_BATCH="300", SP_TRIGGER_INTERVAL="200", SP_REPORT_INTERVAL="300")
+    sent = events(0, 3000)
+    produce(kafka.bootstrap, "trades", sent, 4)
+    stack.start_controller()
+    stack.start_worker(0)
+    output = stack.config.output_dir / "trades_enriched"
+    published = random.Random(seed).randrange(300, 2400)
+    wait_until(lambda: output.exists() and len(read_published(output)) >= published, timeout_s=240,
+               what=f"{published} trades published before the kill")
+    print(f"killing worker-0 at batch {worker_status(stack)['batch_id']}")
+    stack.kill("worker-0")
+
+    more = events(3000, 1000)
+    produce(kafka.bootstrap, "trades", more, 4)
+    stack.start_worker(0)
+    vwap_out = stack.config.output_dir / "vwap"
+    wait_until(lambda: len(read_published(output)) >= 4000 and vwap_out.exists() and sum(
+        row["trades"] for row in read_published(vwap_out, latest_batch_only=True).to_pylist()) >= 4000,
+        timeout_s=240, what="every trade published by both queries")
+    wait_until(lambda: all_published(get_json(stack.config.status_url, stack.config.api_token)), timeout_s=60,
+               what="every staged batch to be published")
+    ids = [row["id"] for row in read_published(output).to_pylist()]
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} trades published twice"
+    assert set(ids) == {event["id"] for event in sent + more}
+    vwap = read_published(vwap_out, latest_batch_only=True).to_pylist()
+    assert {row["sym"]: (row["trades"], row["volume"]) for row in vwap} == \
+        {sym: (want["trades"], want["volume"]) for sym, want in expected_vwap(sent + more).items()}

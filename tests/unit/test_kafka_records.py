@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
@@ -15,11 +16,32 @@ from worker.sources.kafka.records import Chunk, MalformedRecord, to_batch
 PAYLOAD = [pa.field("id", pa.int64()), pa.field("sym", pa.string()), pa.field("time", pa.timestamp("us", tz="UTC"))]
 
 
-def chunk(values: list[bytes], first_offset: int = 40) -> Chunk:
-    records = Chunk("trades", 3)
-    for i, value in enumerate(values):
-        records.add(value, first_offset + 2 * i, f"k{i}".encode() if i % 2 == 0 else None, 1_700_000_000_000 + i)
-    return records
+@dataclass
+class Message:
+    """What the reader uses of confluent-kafka's message."""
+
+    _value: bytes | None
+    _offset: int
+    _key: bytes | None
+    _timestamp_ms: int
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp_ms)  # TIMESTAMP_CREATE_TIME
+
+
+def chunk(values: list[bytes | None], first_offset: int = 40) -> Chunk:
+    """Records at every other offset from ``first_offset`` (gaps, as transaction markers leave)."""
+    return Chunk("trades", 3, [Message(value, first_offset + 2 * i, f"k{i}".encode() if i % 2 == 0 else None,
+                                       1_700_000_000_000 + i) for i, value in enumerate(values)])
 
 
 def test_values_parse_into_the_schema_ignoring_extra_fields_and_nulling_missing_ones():
@@ -41,6 +63,12 @@ def test_metadata_columns_carry_each_records_key_topic_partition_offset_and_time
     assert [(r["kafka_key"], r["kafka_topic"], r["kafka_partition"], r["kafka_offset"]) for r in rows] == \
         [("k0", "trades", 3, 40), (None, "trades", 3, 42)]
     assert rows[1]["kafka_timestamp"] == dt.datetime.fromtimestamp(1_700_000_000.001, dt.timezone.utc)
+
+
+def test_tombstones_are_skipped_and_the_metadata_stays_with_its_record():
+    schema = pa.schema(PAYLOAD + [pa.field("kafka_offset", pa.int64())])
+    batch = to_batch(chunk([b'{"id": 1}', None, b'{"id": 3}']), schema, ("offset",))
+    assert [(r["id"], r["kafka_offset"]) for r in batch.to_pylist()] == [(1, 40), (3, 44)]
 
 
 def test_a_pretty_printed_value_is_one_record():

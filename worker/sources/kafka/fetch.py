@@ -3,7 +3,10 @@
 Runs in Spark's Python workers. Their processes are reused across batches,
 and so is the consumer this module keeps per process and configuration
 (one connection per broker, not one per batch); each range assigns its
-partition, reads, and unassigns.
+partition, reads, and unassigns: between batches nothing is fetched.
+(Keeping each partition assigned across batches, as Spark's own connector
+keeps its consumers, measured no faster here, and librdkafka would go on
+fetching ahead while the pipeline is idle.)
 
 The reader stops when its position reaches the range's end, never after
 counting records: under ``read_committed`` transaction markers and aborted
@@ -23,8 +26,6 @@ from worker.sources.kafka.records import Chunk, to_batch
 # Records per Arrow batch (and per consume call).
 CHUNK_RECORDS = 20_000
 
-_consumers: dict[tuple[tuple[str, str], ...], Any] = {}
-
 
 class KafkaDataLoss(RuntimeError):
     """Records of the range are gone from Kafka (retention, a recreated topic)."""
@@ -32,6 +33,9 @@ class KafkaDataLoss(RuntimeError):
 
 class KafkaStalled(RuntimeError):
     """The range could not be read within the time allowed (brokers unreachable)."""
+
+
+_consumers: dict[tuple[tuple[str, str], ...], Any] = {}
 
 
 def _consumer(config: Mapping[str, str]) -> Any:
@@ -58,28 +62,16 @@ def read_range(config: Mapping[str, str], topic: str, partition: int, start: int
         chunk = Chunk(topic, partition)
         while position < end:
             messages = consumer.consume(num_messages=min(CHUNK_RECORDS, end - position), timeout=0.5)
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        # The partition's end: markers and aborted records up to it are passed.
-                        position = max(position, message.offset())
-                        continue
-                    if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        raise KafkaDataLoss(f"topic {topic!r} partition {partition}: offset {position} is no longer "
-                                            f"held by Kafka (records {position} to {end - 1} were to be read): "
-                                            f"{error.str()}")
-                    if error.fatal():
-                        raise RuntimeError(f"topic {topic!r} partition {partition}: {error.str()}")
-                    continue  # transient (a broker down): librdkafka retries
-                offset = message.offset()
-                if offset >= end:
+            records = [message for message in messages if message.error() is None]
+            if len(records) < len(messages):
+                position = _events(messages, topic, partition, position, end, KafkaError)
+            if records:
+                if records[-1].offset() >= end:     # this call took records past the range
+                    records = [message for message in records if message.offset() < end]
                     position = end
-                    break
-                position = offset + 1
-                value = message.value()
-                if value is not None:  # a tombstone carries no record
-                    chunk.add(value, offset, message.key(), message.timestamp()[1])
+                else:
+                    position = max(position, records[-1].offset() + 1)
+                chunk.messages += records
             if messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
@@ -89,4 +81,23 @@ def read_range(config: Mapping[str, str], topic: str, partition: int, start: int
                 yield to_batch(chunk, schema, metadata)
                 chunk = Chunk(topic, partition)
     finally:
-        consumer.unassign()
+        consumer.unassign()     # nothing fetched between batches: an idle trigger costs Kafka nothing
+
+
+def _events(messages: list[Any], topic: str, partition: int, position: int, end: int, errors: Any) -> int:
+    """The client's events among ``messages``: the partition's end moves the
+    position past markers and aborted records up to it; an offset Kafka no
+    longer holds is data loss; a fatal error fails the read; others are
+    transient (a broker down: librdkafka retries). Returns the position."""
+    for message in messages:
+        error = message.error()
+        if error is None:
+            continue
+        if error.code() == errors._PARTITION_EOF:
+            position = max(position, min(message.offset(), end))
+        elif error.code() in (errors._AUTO_OFFSET_RESET, errors.OFFSET_OUT_OF_RANGE):
+            raise KafkaDataLoss(f"topic {topic!r} partition {partition}: offset {position} is no longer held by "
+                                f"Kafka (records {position} to {end - 1} were to be read): {error.str()}")
+        elif error.fatal():
+            raise RuntimeError(f"topic {topic!r} partition {partition}: {error.str()}")
+    return position

@@ -2,7 +2,8 @@
 pipeline's schema, plus the record's own fields on request.
 
 Fields the schema lacks are ignored, missing ones are null (as with the
-log); a value that is not a JSON object fails the batch, naming the record.
+log); a value that is not a JSON object fails the batch, naming the record;
+records without a value (tombstones) are skipped.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -31,35 +33,36 @@ class MalformedRecord(ValueError):
 
 @dataclass
 class Chunk:
-    """Records of one partition collected for one Arrow batch."""
+    """Records of one partition collected for one Arrow batch: the client's
+    message objects, whose fields are read only when needed (the values
+    always, the rest for metadata columns or to name a malformed record)."""
 
     topic: str
     partition: int
-    values: list[bytes] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)   # milliseconds since the epoch
-
-    def add(self, value: bytes, offset: int, key: bytes | None, timestamp_ms: int) -> None:
-        self.values.append(value)
-        self.offsets.append(offset)
-        self.keys.append(key)
-        self.timestamps.append(timestamp_ms)
+    messages: list[Any] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.messages)
+
+    @property
+    def values(self) -> list[bytes]:
+        return [message.value() for message in self.messages]
+
+    @property
+    def offsets(self) -> list[int]:
+        return [message.offset() for message in self.messages]
 
 
-def _parse(chunk: Chunk, payload: pa.Schema) -> pa.Table:
-    data = b"\n".join(chunk.values)
+def _parse(chunk: Chunk, values: list[bytes], payload: pa.Schema) -> pa.Table:
+    data = b"\n".join(values)
     options = pa_json.ParseOptions(explicit_schema=payload, unexpected_field_behavior="ignore",
-                                   newlines_in_values=b"\n" in data and len(chunk) > 1)
+                                   newlines_in_values=b"\n" in data and len(values) > 1)
     try:
         table = pa_json.read_json(io.BytesIO(data), parse_options=options)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         raise MalformedRecord(_which(chunk, str(error))) from None
-    if table.num_rows != len(chunk):
-        raise MalformedRecord(_which(chunk, f"{len(chunk)} values parsed into {table.num_rows} rows"))
+    if table.num_rows != len(values):
+        raise MalformedRecord(_which(chunk, f"{len(values)} values parsed into {table.num_rows} rows"))
     return table.select(payload.names)
 
 
@@ -80,20 +83,25 @@ def _which(chunk: Chunk, why: str) -> str:
 def _metadata(chunk: Chunk, name: str) -> pa.Array:
     rows = len(chunk)
     if name == "key":
-        return pa.array([None if k is None else k.decode("utf-8", "replace") for k in chunk.keys], pa.string())
+        keys = (message.key() for message in chunk.messages)
+        return pa.array([None if k is None else k.decode("utf-8", "replace") for k in keys], pa.string())
     if name == "topic":
         return pa.array([chunk.topic] * rows, pa.string())
     if name == "partition":
         return pa.array([chunk.partition] * rows, pa.int32())
     if name == "offset":
         return pa.array(chunk.offsets, pa.int64())
-    return pa.array([ms * 1000 for ms in chunk.timestamps], pa.timestamp("us", tz="UTC"))
+    return pa.array([message.timestamp()[1] * 1000 for message in chunk.messages], pa.timestamp("us", tz="UTC"))
 
 
 def to_batch(chunk: Chunk, schema: pa.Schema, metadata: tuple[str, ...]) -> pa.RecordBatch:
     """``schema``: the source's whole output (payload fields, then
     ``kafka_<field>`` for each of ``metadata``)."""
+    values = chunk.values
+    if None in values:  # tombstones carry no record
+        chunk = Chunk(chunk.topic, chunk.partition, [m for m, v in zip(chunk.messages, values) if v is not None])
+        values = [v for v in values if v is not None]
     payload = pa.schema(list(schema)[:len(schema) - len(metadata)])
-    table = _parse(chunk, payload)
+    table = _parse(chunk, values, payload)
     columns = list(table.columns) + [_metadata(chunk, name) for name in metadata]
     return pa.Table.from_arrays(columns, schema=schema).combine_chunks().to_batches()[0]

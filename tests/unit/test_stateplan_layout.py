@@ -59,6 +59,18 @@ def test_a_source_is_the_same_input_whatever_its_schema_or_batch_cap():
     assert plain.queries == capped.queries
 
 
+def test_a_kafka_source_is_the_same_input_whatever_its_start_data_loss_choice_metadata_or_cap():
+    def identity(topics="trades", **options):
+        source = sp.read.from_kafka(topics, schema="id long", name="trades", **options)
+        return pipeline_layout(sp.Pipeline.of(source | sp.write.to_files("out", name="out")), {}).queries["out"]
+
+    plain = identity()
+    assert plain.source_identity == 'source.kafka:{"topics":["trades"]}'
+    assert identity(starting_offsets="latest", fail_on_data_loss=False, metadata=["offset"],
+                    max_records_per_batch=5, bounded=True) == plain
+    assert identity(["trades", "quotes"]).source_identity != plain.source_identity
+
+
 def test_aggregate_schema_takes_the_key_and_value_columns_from_the_output_schema():
     node = sp.aggregate("sym", {"notional": "sum(price *\n   size)", "volume": "sum(size)"}, name="vwap_state").node
     output = StructType([StructField("sym", StringType()), StructField("notional", DoubleType()),

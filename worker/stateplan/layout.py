@@ -15,8 +15,11 @@ from worker.checkpointing.layout import QueryLayout, StatefulNode, StateSchema
 from worker.checkpointing.manifest import Manifest
 
 # Source parameters that do not change what an offset points at: a new
-# schema, batch cap or end reads the same log, so the old offsets still apply.
-_POSITION_NEUTRAL_PARAMS = frozenset({"schema", "max_records_per_batch", "bounded"})
+# schema, batch cap or end reads the same log (or topics), so the old offsets
+# still apply; so do a Kafka source's starting offsets (only a new query
+# starts there), its choice on data loss and the metadata columns it adds.
+_POSITION_NEUTRAL_PARAMS = frozenset({"schema", "max_records_per_batch", "bounded", "starting_offsets",
+                                      "fail_on_data_loss", "metadata"})
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,12 @@ from pathlib import Path
 
 from sparkpoint.devstack import free_port
 
+# What a client of this broker needs beyond librdkafka's defaults: it answers a
+# fetch with up to a partition's whole backlog, ignoring the consumer's
+# fetch.max.bytes, and librdkafka drops responses over receive.message.max.bytes
+# (100 MB), retrying forever. Large backlogs only (benchmarks): the tests' are small.
+CONSUMER_CONFIG = {"receive.message.max.bytes": "2000000000"}
+
 
 def _binary() -> str:
     found = shutil.which("noida-db")

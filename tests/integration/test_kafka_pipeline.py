@@ -51,7 +51,7 @@ def events(first: int, count: int) -> list[dict]:
 
 def start(spark, kafka, topic: str, root: Path):
     df = read_kafka(spark, [topic], SCHEMA, config={"bootstrap.servers": kafka.bootstrap},
-                    max_records_per_batch=100, checkpoint=root / "checkpoint")
+                    max_records_per_batch=100, initial_offsets=root / "initial-offsets.json")
     return (df.writeStream.format("parquet").option("path", str(root / "out"))
             .option("checkpointLocation", str(root / "checkpoint")).trigger(processingTime="200 milliseconds").start())
 
@@ -105,7 +105,7 @@ PIPELINE = '''
 from pyspark.sql import functions as F
 from worker import api as sp
 
-trades = sp.read.from_kafka("trades", schema="id long, sym string, price double, size long, time timestamp",
+trades = sp.read.from_kafka("{topic}", schema="id long, sym string, price double, size long, time timestamp",
                             name="trades")
 sp.run(
     trades | sp.map(lambda df: df.withColumn("notional", F.col("price") * F.col("size")), name="enrich")
@@ -120,13 +120,14 @@ sp.run(
 def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exactly_once(make_stack, kafka, tmp_path):
     seed = random.randrange(1 << 30)
     print(f"kill seed: {seed}")
-    kafka.create_topic("trades", 4)
+    topic = "pipeline-killed"
+    kafka.create_topic(topic, 4)
     pipeline = tmp_path / "kafka_pipeline.py"
-    pipeline.write_text(PIPELINE)
+    pipeline.write_text(PIPELINE.replace("{topic}", topic))
     stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap,
                        SP_MAX_RECORDS_PER_BATCH="300", SP_TRIGGER_INTERVAL="200", SP_REPORT_INTERVAL="300")
     sent = events(0, 3000)
-    produce(kafka.bootstrap, "trades", sent, 4)
+    produce(kafka.bootstrap, topic, sent, 4)
     stack.start_controller()
     stack.start_worker(0)
     output = stack.config.output_dir / "trades_enriched"
@@ -137,7 +138,7 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
     stack.kill("worker-0")
 
     more = events(3000, 1000)
-    produce(kafka.bootstrap, "trades", more, 4)
+    produce(kafka.bootstrap, topic, more, 4)
     stack.start_worker(0)
     vwap_out = stack.config.output_dir / "vwap"
     wait_until(lambda: len(read_published(output)) >= 4000 and vwap_out.exists() and sum(
@@ -151,3 +152,46 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
     vwap = read_published(vwap_out, latest_batch_only=True).to_pylist()
     assert {row["sym"]: (row["trades"], row["volume"]) for row in vwap} == \
         {sym: (want["trades"], want["volume"]) for sym, want in expected_vwap(sent + more).items()}
+
+
+LATEST_PIPELINE = '''
+from worker import api as sp
+
+sp.run(sp.read.from_kafka("{topic}", schema="id long, sym string", name="trades", starting_offsets="latest")
+       | sp.write.to_files("trades_out", name="trades_out"))
+'''
+
+
+def test_latest_is_resolved_once_so_a_worker_restarted_before_any_checkpoint_starts_where_the_first_did(
+        make_stack, kafka, tmp_path):
+    topic = "pipeline-latest"
+    kafka.create_topic(topic, 2)
+    pipeline = tmp_path / "latest_pipeline.py"
+    pipeline.write_text(LATEST_PIPELINE.replace("{topic}", topic))
+    # Checkpoints off: files are published as batches come, and a restart starts the query afresh.
+    stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap, SP_CHECKPOINT_FREQ="0",
+                       SP_TRIGGER_INTERVAL="200", SP_REPORT_INTERVAL="300")
+    output = stack.config.output_dir / "trades_out"
+
+    def published() -> list[int]:
+        return [row["id"] for row in read_published(output).to_pylist()] if output.exists() else []
+
+    before = events(0, 100)
+    produce(kafka.bootstrap, topic, before, 2)                   # before the start: not read
+    stack.start_controller()
+    stack.start_worker(0)
+    records = stack.config.checkpoint_dir(0) / "sources" / "trades_out"
+    recorded = wait_until(lambda: next(records.glob("kafka-initial-offsets-*.json"), None), timeout_s=240,
+                          what="the query's starting offsets resolved and recorded on the checkpoint volume")
+    ends = [sum(partition_for_key(e["sym"], 2) == p for e in before) for p in (0, 1)]
+    assert json.loads(recorded.read_text()) == {topic: {"0": ends[0], "1": ends[1]}}
+    produce(kafka.bootstrap, topic, events(100, 100), 2)
+    wait_until(lambda: set(range(100, 200)) <= set(published()), timeout_s=120, what="the first run's trades")
+    stack.kill("worker-0")
+
+    produce(kafka.bootstrap, topic, events(200, 100), 2)        # while the worker is down
+    stack.start_worker(0)
+    # A restart that resolved `latest` again would start after them, and never read them.
+    wait_until(lambda: set(range(200, 300)) <= set(published()), timeout_s=120,
+               what="the trades produced while the worker was down")
+    assert min(published()) == 100, "a trade from before the pipeline's first start was read"

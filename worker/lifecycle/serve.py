@@ -274,7 +274,8 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
                                          on_first_rows=reporter.wake)
         listener.register(spark)
         live.queries = start_queries(spark, pipeline, settings, query_root,
-                                     {p.name: p.staging.run_dir for p in publisher.publications}, live.finished)
+                                     {p.name: p.staging.run_dir for p in publisher.publications}, live.finished,
+                                     records=settings.checkpoint_dir / "sources")
         session.restarts.run_started()
         log.info("running %d queries: %s%s", len(live.queries), ", ".join(q.name for q in live.queries),
                  f" ({', '.join(sorted(live.finished))} stay finished)" if live.finished else "")

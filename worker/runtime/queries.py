@@ -26,7 +26,7 @@ from worker.api.graph import Node, Pipeline, PipelineError, Query
 from worker.settings import CHECKPOINT_PHASE, WorkerSettings
 from worker.sinks.console import ConsolePrinter
 from worker.sinks.staging import BatchStager
-from worker.sources.kafka import read_kafka
+from worker.sources.kafka import initial_offsets_file, read_kafka
 from worker.sources.log_source import read_log
 
 
@@ -88,8 +88,8 @@ def kafka_topics(pipeline: Pipeline) -> list[str]:
 
 
 def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | None,
-          checkpoint: Path) -> DataFrame:
-    """``checkpoint``: the query's Spark checkpoint directory."""
+          records: Path) -> DataFrame:
+    """``records``: where the query's source records what it resolves once."""
     cap = node.params.get("max_records_per_batch", settings.max_records_per_batch) if cap is None else cap
     if node.kind == "source.kafka":
         config, config_files = settings.kafka
@@ -97,7 +97,8 @@ def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | 
                           config_files=config_files, starting_offsets=node.params["starting_offsets"],
                           worker_index=settings.worker_index, worker_count=settings.worker_count,
                           max_records_per_batch=cap, fail_on_data_loss=node.params.get("fail_on_data_loss", True),
-                          metadata=node.params.get("metadata", ()), checkpoint=checkpoint)
+                          metadata=node.params.get("metadata", ()),
+                          initial_offsets=initial_offsets_file(records, node.params["topics"]))
     return read_log(spark, settings.log_dir / node.params["log"], node.params["schema"],
                     worker_index=settings.worker_index, worker_count=settings.worker_count,
                     max_records_per_batch=cap)
@@ -113,12 +114,17 @@ def single_partition(df: DataFrame, node: Node, settings: WorkerSettings) -> Dat
 
 
 def start_query(spark: SparkSession, query: Query, settings: WorkerSettings, query_root: Path,
-                staging: dict[str, Path], cap: int | None = None) -> StreamingQuery:
+                staging: dict[str, Path], cap: int | None = None, records: Path | None = None) -> StreamingQuery:
     """``staging``: each staged sink's staging directory; ``cap``: records
-    per batch, whatever the settings and pipeline say (a rehearsal's)."""
+    per batch, whatever the settings and pipeline say (a rehearsal's);
+    ``records``: where sources record what they resolve once (Kafka's
+    starting offsets), a directory per query: the worker's durable
+    ``SP_CHECKPOINT_DIR/sources``, so a run that ends before its first
+    checkpoint does not resolve ``latest`` again; None: the query's
+    working checkpoint (a rehearsal's, a benchmark's)."""
     name = query.name
     source, *transforms = query.stem
-    df = _read(spark, source, settings, cap, query_root / name)
+    df = _read(spark, source, settings, cap, (records or query_root / name / "sources") / name)
     for node in transforms:
         df = apply_node(single_partition(df, node, settings), node)
     writer = (
@@ -143,9 +149,11 @@ def start_query(spark: SparkSession, query: Query, settings: WorkerSettings, que
 
 
 def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSettings, query_root: Path,
-                  staging: dict[str, Path], finished: set[str] = frozenset()) -> list[StreamingQuery]:
+                  staging: dict[str, Path], finished: set[str] = frozenset(),
+                  records: Path | None = None) -> list[StreamingQuery]:
     """``staging``: each staged sink's staging directory for this run;
-    ``finished``: queries that stay finished (not started).
+    ``finished``: queries that stay finished (not started); ``records``: as
+    ``start_query`` takes it.
 
     Started together, not one after the other (a take-over waits for the
     last: each start analyses its plan and reads its checkpoint); every
@@ -157,5 +165,6 @@ def start_queries(spark: SparkSession, pipeline: Pipeline, settings: WorkerSetti
     if not queries:
         return []
     with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="start-query") as pool:
-        starts = [pool.submit(start_query, spark, query, settings, query_root, staging) for query in queries]
+        starts = [pool.submit(start_query, spark, query, settings, query_root, staging, records=records)
+                  for query in queries]
     return [start.result() for start in starts]

@@ -10,6 +10,7 @@ planned, ``fetch`` for how it is read.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,21 +23,27 @@ from worker.sources.kafka.records import METADATA_PREFIX
 # DDL of the record fields ``metadata=`` adds, as ``kafka_<field>`` columns.
 METADATA_DDL = {"key": "string", "topic": "string", "partition": "int", "offset": "long", "timestamp": "timestamp"}
 
-# Where a query's resolved starting offsets are recorded, in its checkpoint directory.
-INITIAL_OFFSETS = "sources/0/kafka-initial-offsets.json"
+
+
+def initial_offsets_file(directory: Path, topics: Sequence[str]) -> Path:
+    """Where a query reading ``topics`` records its resolved starting offsets
+    in ``directory`` (a query's own): named by the topics, so a source that
+    reads others starts afresh."""
+    digest = hashlib.sha256(json.dumps(sorted(topics)).encode()).hexdigest()[:12]
+    return directory / f"kafka-initial-offsets-{digest}.json"
 
 
 def read_kafka(spark: SparkSession, topics: Sequence[str], schema: str, *, config: Mapping[str, str],
                config_files: Mapping[str, str] = {}, starting_offsets: str = "earliest", worker_index: int = 0,
                worker_count: int = 1, max_records_per_batch: int = 0, fail_on_data_loss: bool = True,
-               metadata: Sequence[str] = (), checkpoint: Path | None = None,
+               metadata: Sequence[str] = (), initial_offsets: Path | None = None,
                stall_timeout_ms: int = 60_000) -> DataFrame:
     """A streaming DataFrame of ``topics``' JSON records with ``schema`` (a
     DDL string), then a ``kafka_<field>`` column for each of ``metadata``.
     ``config``: librdkafka properties (``bootstrap.servers`` among them);
     ``config_files``: properties whose values are read from files where the
-    records are read (secrets); ``checkpoint``: the query's checkpoint
-    directory, where the resolved starting offsets are recorded."""
+    records are read (secrets); ``initial_offsets``: the file where the
+    resolved starting offsets are recorded (``initial_offsets_file``)."""
     spark.dataSource.register(KafkaDataSource)
     columns = ", ".join([schema] + [f"{METADATA_PREFIX}{name} {METADATA_DDL[name]}" for name in metadata])
     options = {
@@ -51,6 +58,6 @@ def read_kafka(spark: SparkSession, topics: Sequence[str], schema: str, *, confi
         "metadata": json.dumps(list(metadata)),
         "stallTimeoutMs": str(stall_timeout_ms),
     }
-    if checkpoint is not None:
-        options["initialOffsetsPath"] = str(checkpoint / INITIAL_OFFSETS)
+    if initial_offsets is not None:
+        options["initialOffsetsPath"] = str(initial_offsets)
     return spark.readStream.format(FORMAT).schema(columns).options(**options).load()

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -101,21 +102,30 @@ def run_spark(source: str, data: Path, work: Path, events: int, batch: int, limi
     return {"rate": rate.per_second, "partial": processed < events, "batches": max(map(len, progress.values()))}
 
 
-def worker_poll(status_url: str, token: str | None, ends: dict[str, int]) -> StatusPoll | None:
+def log_read(ends: dict[str, int]) -> Callable[[dict], bool]:
+    """A worker (its /status entry) has read every partition of the log to its end."""
+    return lambda worker: bool(worker["offsets"]) and all(o == ends for o in worker["offsets"].values())
+
+
+def worker_poll(status_url: str, token: str | None, at_end: Callable[[dict], bool]) -> StatusPoll | None:
     workers = get_json(status_url, token).get("workers", [])
     if not workers:
         return None
     worker = workers[0]
-    offsets = worker["offsets"]
-    return StatusPoll(time.monotonic(), worker["rows_processed"],
-                      bool(offsets) and all(o == ends for o in offsets.values()))
+    return StatusPoll(time.monotonic(), worker["rows_processed"], at_end(worker))
 
 
-def run_sparkpoint(data: Path, work: Path, env: dict[str, str], limit: float, poll_s: float) -> dict:
+def run_sparkpoint(data: Path, work: Path, env: dict[str, str], limit: float, poll_s: float,
+                   at_end: Callable[[dict], bool] | None = None, pipeline: Path | None = None) -> dict:
+    """A controller and one worker over ``data``'s log (or what ``pipeline``
+    reads), until ``at_end(worker)`` (default: the log read to its end)."""
     config = StackConfig(root=work, workers=1, grpc_port=free_port(), http_port=free_port(),
                          env={"SP_LOG_DIR": str(data / "log"), **env})
-    log = EventLog(data / "log" / "trades")
-    ends = {str(p): committed_end(log.path(p), 0) for p in range(PARTITIONS)}
+    if pipeline is not None:
+        config.pipeline = pipeline
+    if at_end is None:
+        log = EventLog(data / "log" / "trades")
+        at_end = log_read({str(p): committed_end(log.path(p), 0) for p in range(PARTITIONS)})
     stack = LocalStack(config)
     polls: list[StatusPoll] = []
     try:
@@ -127,7 +137,7 @@ def run_sparkpoint(data: Path, work: Path, env: dict[str, str], limit: float, po
             if any(s.process.poll() is not None for s in stack.services.values()):
                 raise RuntimeError(f"a service exited:\n{log_tails(stack)}")
             try:
-                poll = worker_poll(config.status_url, config.api_token, ends)
+                poll = worker_poll(config.status_url, config.api_token, at_end)
             except OSError:
                 poll = None     # the controller is still starting
             if poll is not None:

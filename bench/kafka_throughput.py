@@ -45,7 +45,14 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.json as pa_json  # noqa: E402
 
 from bench.report import publish_json, publish_table, python_loop_s, unused_name  # noqa: E402
-from bench.throughput import PARTITIONS, REPORT_INTERVAL_MS, parse_settings, prepare, run_sparkpoint  # noqa: E402
+from bench.throughput import (  # noqa: E402
+    PARTITIONS,
+    REPORT_INTERVAL_MS,
+    parse_rounds,
+    parse_settings,
+    prepare,
+    run_sparkpoint,
+)
 from sparkpoint.devstack import REPO  # noqa: E402
 from sparkpoint.eventlog import EventLog  # noqa: E402
 from tests.kafkaserver import CONSUMER_CONFIG, KafkaServer  # noqa: E402
@@ -149,18 +156,7 @@ def main() -> None:
                         help="the test broker keeps every record in one JSON file, saved each second: a few "
                              "million make it stall producers (with the shipped cap, pass "
                              "--set SP_MAX_RECORDS_PER_BATCH=500000 for four batches)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
-    parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
-                        help="a worker setting for the Sparkpoint variants (repeatable)")
-    parser.add_argument("--limit", type=float, default=300, help="seconds of processing before a run is cut")
-    parser.add_argument("--poll", type=float, default=0.1, help="seconds between /status polls")
-    parser.add_argument("--cache", type=Path, default=REPO / "var" / "bench-cache", help="where the input is kept")
-    args = parser.parse_args()
-    variants = [v for v in args.variants.split(",") if v]
-    unknown = set(variants) - set(VARIANTS)
-    if unknown:
-        raise SystemExit(f"unknown variants: {', '.join(sorted(unknown))}")
+    args, variants = parse_rounds(parser, VARIANTS)
     overrides = parse_settings(args.set)
     env = {"SP_REPORT_INTERVAL": REPORT_INTERVAL_MS, **overrides}
     data = prepare(args.cache, args.events)

@@ -204,23 +204,31 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
     return settings
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=4_000_000)
+def parse_rounds(parser: argparse.ArgumentParser, known: tuple[str, ...]) -> tuple[argparse.Namespace, list[str]]:
+    """The options of a benchmark run in interleaved rounds of ``known``
+    variants, added to ``parser`` (which has ``--events``), parsed; and the
+    variants chosen."""
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(known), help="comma-separated, of " + ", ".join(known))
     parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
                         help="a worker setting for the Sparkpoint variants (repeatable)")
-    parser.add_argument("--batch", type=int, default=WorkerSettings.model_fields["max_records_per_batch"].default,
-                        help="Spark variants: about this many events a batch (default: the worker's shipped cap)")
     parser.add_argument("--limit", type=float, default=300, help="seconds of processing before a run is cut")
     parser.add_argument("--poll", type=float, default=0.1, help="seconds between /status polls")
     parser.add_argument("--cache", type=Path, default=REPO / "var" / "bench-cache", help="where the input is kept")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
-    unknown = set(variants) - set(VARIANTS)
+    unknown = set(variants) - set(known)
     if unknown:
         raise SystemExit(f"unknown variants: {', '.join(sorted(unknown))}")
+    return args, variants
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=4_000_000)
+    parser.add_argument("--batch", type=int, default=WorkerSettings.model_fields["max_records_per_batch"].default,
+                        help="Spark variants: about this many events a batch (default: the worker's shipped cap)")
+    args, variants = parse_rounds(parser, VARIANTS)
     overrides = parse_settings(args.set)
     sparkpoint_env = {"SP_REPORT_INTERVAL": REPORT_INTERVAL_MS, **overrides}
     data = prepare(args.cache, args.events)

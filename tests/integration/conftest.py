@@ -13,6 +13,18 @@ from sparkpoint.devstack import LocalStack, StackConfig, free_port
 from tests.support import body_failed, log_tails
 
 
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A worker's Spark session (``local[2]``) for one test module."""
+    from worker.runtime.session import start_session
+    from worker.settings import WorkerSettings
+
+    root = tmp_path_factory.mktemp("spark")
+    session = start_session(WorkerSettings.from_env({"SP_SPARK_MASTER": "local[2]", "SP_WORK_DIR": str(root)}))
+    yield session
+    session.stop()
+
+
 @pytest.fixture
 def make_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator:
     """Build LocalStacks on free ports under tmp_path; stops them all afterwards

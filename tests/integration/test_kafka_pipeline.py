@@ -19,21 +19,11 @@ from sparkpoint.eventlog import partition_for_key
 from sparkpoint.producer import trades
 from tests.support import all_published, expected_vwap, get_json, wait_until, worker_status
 from worker.publishing.targets.files import read_published
-from worker.runtime.session import start_session
-from worker.settings import WorkerSettings
 from worker.sources.kafka import read_kafka
 
 pytestmark = pytest.mark.integration
 
 SCHEMA = "id long, sym string, price double, size long, time timestamp"
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kafka-source")
-    session = start_session(WorkerSettings.from_env({"SP_SPARK_MASTER": "local[2]", "SP_WORK_DIR": str(root)}))
-    yield session
-    session.stop()
 
 
 def produce(bootstrap: str, topic: str, events: list[dict], partitions: int) -> None:

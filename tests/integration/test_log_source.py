@@ -20,8 +20,6 @@ from pyspark.errors import StreamingQueryException
 
 from sparkpoint.eventlog import EventLog, committed_end, record_count
 from tests.log_reference import append_in_chunks, expected_batch_end, record_ends, records, torn_tails
-from worker.runtime.session import start_session
-from worker.settings import WorkerSettings
 from worker.sources.log_source import read_log
 
 pytestmark = pytest.mark.integration
@@ -30,14 +28,6 @@ RECORD = b'{"id":1,"sym":"AAPL","price":101.25,"size":10,"time":"2026-01-01T00:0
 LARGE = 24 * 1024 * 1024          # per partition: the whole log is 48 MiB
 FEW = 64 * 1024                   # the tail of a partition, and then some
 SPLIT_BYTES = 1024 * 1024         # EventLogStream.SPLIT_BYTES
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    root = tmp_path_factory.mktemp("log-source")
-    session = start_session(WorkerSettings.from_env({"SP_SPARK_MASTER": "local[2]", "SP_WORK_DIR": str(root)}))
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -182,3 +182,18 @@ def test_batches_end_at_the_last_stable_offset_and_skip_aborted_records(kafka):
     later = source.latestOffset(end, ReadAllAvailable())
     assert later == {topic: {"0": 13}}
     assert read_all(source, end, later) == [200]
+
+
+def test_available_now_reads_to_the_ends_as_of_the_start_and_no_further(kafka):
+    topic = "src-bounded"
+    kafka.create_topic(topic, 2)
+    produce(kafka, topic, range(10), 2)
+    source = reader(kafka, topic, maxRecordsPerBatch="4")
+    start = source.initialOffset()
+    source.prepareForTriggerAvailableNow()
+    produce(kafka, topic, range(10, 20), 2)         # after the query started: not read
+    seen = []
+    while (end := source.latestOffset(start, ReadMaxRows(4))) != start:
+        seen += read_all(source, start, end)
+        start = end
+    assert sorted(seen) == list(range(10))

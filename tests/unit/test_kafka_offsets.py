@@ -4,7 +4,7 @@ partitions by backlog with none starved."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from worker.sources.kafka.offsets import DataLoss, from_json, owned, reconcile, spread, to_json
@@ -81,3 +81,21 @@ def test_spread_reads_exactly_the_cap_within_each_backlog_and_starves_none(parti
     waiting = [tp for tp in start if latest[tp] > start[tp]]
     if cap >= len(waiting):
         assert all(taken[tp] >= 1 for tp in waiting), "a partition with a backlog got nothing"
+
+
+def test_spread_shares_the_cap_in_proportion_to_the_backlogs():
+    ends = spread({(T, 0): 0, (T, 1): 0, (T, 2): 0}, {(T, 0): 300, (T, 1): 100, (T, 2): 0}, 200)
+    assert ends == {(T, 0): 150, (T, 1): 50, (T, 2): 0}
+
+
+@given(backlogs, st.integers(1, 3000))
+def test_spread_is_within_a_record_a_partition_of_the_proportional_share(partitions, cap):
+    start = {(T, p): s for p, (s, _) in partitions.items()}
+    latest = {(T, p): s + n for p, (s, n) in partitions.items()}
+    total = sum(n for _, n in partitions.values())
+    waiting = sum(1 for _, n in partitions.values() if n)
+    assume(0 < cap < total)
+    ends = spread(start, latest, cap)
+    for tp in start:
+        share = cap * (latest[tp] - start[tp]) / total
+        assert abs((ends[tp] - start[tp]) - share) <= waiting + 1

@@ -47,23 +47,21 @@ class Broker:
         return self._admin
 
     def partitions(self, topics: Iterable[str]) -> dict[str, int]:
-        """Each topic's partition count; BrokerUnavailable naming a missing topic."""
-        from confluent_kafka import KafkaException
+        """Each topic's partition count; BrokerUnavailable naming a missing topic.
+        (Described, not listed by name: a metadata request naming a topic may
+        create it, where the broker creates topics on first use.)"""
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
-        # Every topic's metadata: asking for one by name may create it (a broker's auto-creation).
-        try:
-            metadata = self._client().list_topics(timeout=REQUEST_TIMEOUT_S)
-        except KafkaException as error:
-            raise BrokerUnavailable(f"Kafka at {self._config.get('bootstrap.servers')}: {error}") from None
+        wanted = sorted(set(topics))
+        futures = self._client().describe_topics(TopicCollection(wanted), request_timeout=REQUEST_TIMEOUT_S)
         counts: dict[str, int] = {}
-        for topic in topics:
-            found = metadata.topics.get(topic)
-            if found is None:
-                raise BrokerUnavailable(f"Kafka topic {topic!r} does not exist")
-            if found.error is not None or not found.partitions:
-                why = found.error.str() if found.error is not None else "no partitions"
-                raise BrokerUnavailable(f"Kafka topic {topic!r} is not available: {why}")
-            counts[topic] = len(found.partitions)
+        for topic in wanted:
+            try:
+                counts[topic] = len(futures[topic].result().partitions)
+            except KafkaException as error:
+                if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise BrokerUnavailable(f"Kafka topic {topic!r} does not exist") from None
+                raise BrokerUnavailable(f"Kafka at {self._config.get('bootstrap.servers')}: {error}") from None
         return counts
 
     def offsets(self, partitions: Iterable[TopicPartition]) -> tuple[Offsets, Offsets]:

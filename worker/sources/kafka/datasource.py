@@ -200,12 +200,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
         """A task per partition with records in the range. A partition the
-        start lacks (new) or is ahead of (recreated, the loss accepted)
-        reads from offset 0: the consumer moves it to its earliest."""
+        start lacks (new) reads from its earliest offset; one the start is
+        ahead of (recreated, the loss accepted) from offset 0, which the
+        consumer moves to its earliest."""
         first, last = kafka_offsets.from_json(start), kafka_offsets.from_json(end)
+        new = [tp for tp in last if tp not in first]
+        earliest = self._brokers().offsets(new)[0] if new else {}
         ranges = []
         for (topic, partition), stop in sorted(last.items()):
-            begin = first.get((topic, partition), 0)
+            begin = first.get((topic, partition), earliest.get((topic, partition), 0))
             if begin > stop:
                 begin = 0
             if stop > begin:

@@ -8,6 +8,7 @@ The source inside real Spark queries and a real worker:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,23 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from worker.sources.kafka import fetch
 from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
 from worker.sources.kafka.datasource import KafkaDataLossError, KafkaOptions, KafkaStreamReader
 
 pytestmark = pytest.mark.integration
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("sym", StringType())])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def consumers_closed() -> Iterator[None]:
+    """The consumers this module's reads leave in this process (as Spark's
+    Python workers keep theirs), closed before the session's broker stops."""
+    yield
+    for consumer in fetch._consumers.values():
+        consumer.close()
+    fetch._consumers.clear()
 
 
 def reader(kafka, topic: str, tmp_path: Path | None = None, **options: str) -> KafkaStreamReader:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from worker.sources.kafka.offsets import DataLoss, from_json, owned, reconcile, spread, to_json
+from worker.sources.kafka.offsets import DataLoss, from_json, reconcile, spread, to_json
 
 T = "trades"
 
@@ -16,12 +16,6 @@ def test_offsets_round_trip_through_spark_json():
     offsets = {(T, 0): 5, (T, 10): 7, ("other", 1): 0}
     assert to_json(offsets) == {"other": {"1": 0}, "trades": {"0": 5, "10": 7}}
     assert from_json(to_json(offsets)) == offsets
-
-
-def test_worker_i_of_n_owns_partitions_p_mod_n():
-    assert owned(5, 0, 2) == [0, 2, 4]
-    assert owned(5, 1, 2) == [1, 3]
-    assert owned(1, 1, 2) == []
 
 
 def test_reconcile_keeps_offsets_kafka_still_holds():

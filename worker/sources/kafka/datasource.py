@@ -43,6 +43,7 @@ from sparkpoint.fileio import atomic_create
 from worker.sources.kafka import offsets as kafka_offsets
 from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
 from worker.sources.kafka.offsets import Offsets
+from worker.sources.log_source import owned_partitions
 
 FORMAT = "sparkpoint_kafka"
 
@@ -141,7 +142,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         broker = self._brokers()
         counts = broker.partitions(self.options.topics)
         partitions = [(topic, p) for topic, count in counts.items()
-                      for p in kafka_offsets.owned(count, self.options.worker_index, self.options.worker_count)]
+                      for p in owned_partitions(count, self.options.worker_index, self.options.worker_count)]
         return broker.offsets(partitions)
 
     def initialOffset(self) -> dict:

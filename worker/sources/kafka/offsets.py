@@ -26,11 +26,6 @@ TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
 
 
-def owned(partitions: int, worker_index: int, worker_count: int) -> list[int]:
-    """Worker ``i`` of ``n`` owns every partition ``p`` with ``p % n == i`` (as with the log)."""
-    return [p for p in range(partitions) if p % worker_count == worker_index]
-
-
 def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
     nested: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):

@@ -26,6 +26,33 @@ from sparkpoint.devstack import free_port
 CONSUMER_CONFIG = {"receive.message.max.bytes": "2000000000"}
 
 
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | None, dict]]:
+    """Every (key, JSON value) a ``read_committed`` consumer is given, reading
+    each partition from its start to its end in one pass (this broker answers
+    a fetch with a partition's whole backlog, markers included: see
+    ``test_kafka_broker`` for its fault with readers that start later)."""
+    import json
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker", "isolation.level": "read_committed",
+                         "enable.partition.eof": True, "enable.auto.commit": False, **CONSUMER_CONFIG})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen, ended = [], set()
+    try:
+        for _ in range(300):
+            for message in consumer.consume(500, timeout=0.2):
+                if message.error() is None:
+                    seen.append((message.key(), json.loads(message.value())))
+                elif message.error().code() == KafkaError._PARTITION_EOF:
+                    ended.add(message.partition())
+            if len(ended) == partitions:
+                return seen
+    finally:
+        consumer.close()
+    raise AssertionError(f"never reached the end of every partition of {topic}: only of {sorted(ended)}")
+
+
 def _binary() -> str:
     found = shutil.which("noida-db")
     if found is None:

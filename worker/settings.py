@@ -64,6 +64,7 @@ KAFKA_OWNED = {
     "enable.auto.offset.store": "Spark's checkpoint holds the offsets",
     "enable.partition.eof": "the reader stops at each batch's end offset",
     "auto.offset.reset": "from_kafka(fail_on_data_loss=...)",
+    "transactional.id": "a Kafka sink's is sparkpoint.<worker>.<sink>, one per worker index and sink",
 }
 KAFKA_SECRET = re.compile(r"password|secret|jaas|^ssl\.key\.pem$")
 
@@ -198,14 +199,14 @@ class WorkerSettings(GrpcTlsSettings):
     pg_dsn: str | None = Field(
         None, description="instead of the settings above: one libpq connection string or `postgresql://` URI")
     kafka_bootstrap: str | None = Field(
-        None, description="Kafka's bootstrap servers (`host:port[,host:port...]`) for `from_kafka` sources; "
-                          "required by a pipeline that has one")
+        None, description="Kafka's bootstrap servers (`host:port[,host:port...]`) for `from_kafka` sources and "
+                          "`to_kafka` sinks; required by a pipeline that has one")
     kafka_config: Annotated[dict[str, str], NoDecode, BeforeValidator(_json_object)] = Field(
         default_factory=dict,
         description="librdkafka properties for the Kafka clients, as a JSON object: TLS and SASL, e.g. "
                     "`{\"security.protocol\": \"SASL_SSL\", \"sasl.mechanism\": \"PLAIN\", \"sasl.username\": "
-                    "\"reader\"}`. Secrets go in `SP_KAFKA_CONFIG_FILES`; the properties Sparkpoint sets itself "
-                    "are refused")
+                    "\"reader\"}`; `transaction.timeout.ms` is the Kafka sinks' producers' only. Secrets go in "
+                    "`SP_KAFKA_CONFIG_FILES`; the properties Sparkpoint sets itself are refused")
     kafka_config_files: Annotated[dict[str, SecretFile], NoDecode, BeforeValidator(_json_object)] = Field(
         default_factory=dict,
         description="librdkafka properties whose values are read from files (Docker secrets), as a JSON object "

@@ -8,13 +8,18 @@ must fail here, not let a source or sink test pass.
   offset: it stops before an open transaction;
 - records deleted below a new start (as retention deletes them) are gone:
   the earliest offset moves, and a consumer positioned below it gets an
-  offset error rather than silently skipping.
+  offset error rather than silently skipping;
+- (the Kafka sink's) an offset sent with a transaction, and its metadata, is
+  applied when the transaction commits and never when it aborts or stays
+  open; a producer initialised with a transactional id fences every earlier
+  producer of that id (its commit fails) and aborts the transaction one
+  left open, its records never shown and its offsets never applied.
 """
 
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 pytestmark = pytest.mark.integration
@@ -110,6 +115,51 @@ def test_deleted_records_move_the_earliest_offset_and_a_reader_below_it_gets_an_
     finally:
         consumer.close()
     raise AssertionError("no error for a position below the partition's start")
+
+
+def committed(consumer: Consumer, topic: str) -> tuple[int, str]:
+    [offset] = consumer.committed([TopicPartition(topic, 0)], 10)
+    return offset.offset, offset.metadata
+
+
+def test_offsets_sent_with_a_transaction_apply_when_it_commits_only_and_a_new_producer_fences_the_old(kafka):
+    topic = "guard-sink"
+    kafka.create_topic(topic, 1)
+    group = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "guard-sink-mark",
+                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+    old = transactional(kafka.bootstrap, "guard-sink")
+
+    def send(producer: Producer, value: bytes, offset: int) -> None:
+        producer.begin_transaction()
+        producer.produce(topic, value, partition=0)
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset, metadata=f"mark {offset}")],
+                                             group.consumer_group_metadata(), 10)
+        producer.flush(10)
+
+    try:
+        send(old, b"committed", 5)
+        old.commit_transaction(10)
+        assert committed(group, topic) == (5, "mark 5")
+        send(old, b"aborted", 6)
+        assert committed(group, topic) == (5, "mark 5"), "an open transaction's offset was applied"
+        old.abort_transaction(10)
+        assert committed(group, topic) == (5, "mark 5"), "an aborted transaction's offset was applied"
+
+        send(old, b"zombie", 7)                       # left open: its producer is about to be replaced
+        new = transactional(kafka.bootstrap, "guard-sink")
+        with pytest.raises(KafkaException) as fenced:
+            old.commit_transaction(10)
+        assert fenced.value.args[0].code() == KafkaError._FENCED
+        assert committed(group, topic) == (5, "mark 5"), "the fenced producer's offset was applied"
+        send(new, b"after", 8)
+        new.commit_transaction(10)
+        assert committed(group, topic) == (8, "mark 8")
+        end = latest(AdminClient({"bootstrap.servers": kafka.bootstrap}), topic, IsolationLevel.READ_COMMITTED)
+        assert values(kafka.bootstrap, topic, "read_uncommitted", end) == [b"committed", b"aborted", b"zombie",
+                                                                           b"after"]
+        assert values(kafka.bootstrap, topic, "read_committed", end) == [b"committed", b"after"]
+    finally:
+        group.close()
 
 
 @pytest.mark.xfail(strict=True, reason=(

@@ -2,7 +2,7 @@
 broker (``tests/kafkaserver.py``): every record once across a broker
 restart and the query's own restart; a malformed value named; a worker
 killed mid-run resumes from its checkpoint's Kafka offsets, every trade
-published exactly once."""
+published exactly once, to files and to a Kafka topic."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pyspark.errors import StreamingQueryException
 
 from sparkpoint.eventlog import partition_for_key
 from sparkpoint.producer import trades
+from tests.kafkaserver import read_committed
 from tests.support import all_published, expected_vwap, get_json, wait_until, worker_status
 from worker.publishing.targets.files import read_published
 from worker.sources.kafka import read_kafka
@@ -97,9 +98,10 @@ from worker import api as sp
 
 trades = sp.read.from_kafka("{topic}", schema="id long, sym string, price double, size long, time timestamp",
                             name="trades")
+enriched = trades | sp.map(lambda df: df.withColumn("notional", F.col("price") * F.col("size")), name="enrich")
 sp.run(
-    trades | sp.map(lambda df: df.withColumn("notional", F.col("price") * F.col("size")), name="enrich")
-    | sp.write.to_files("trades_enriched", name="enriched_out"),
+    enriched | sp.write.to_files("trades_enriched", name="enriched_out"),
+    enriched | sp.write.to_kafka("{topic}-out", key="sym", name="enriched_kafka"),
     trades | sp.aggregate("sym", {"notional": "sum(price * size)", "volume": "sum(size)", "trades": "count(1)"},
                           name="vwap_state")
     | sp.write.to_files("vwap", name="vwap_out"),
@@ -112,6 +114,7 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
     print(f"kill seed: {seed}")
     topic = "pipeline-killed"
     kafka.create_topic(topic, 4)
+    kafka.create_topic(f"{topic}-out", 2)
     pipeline = tmp_path / "kafka_pipeline.py"
     pipeline.write_text(PIPELINE.replace("{topic}", topic))
     stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap,
@@ -139,6 +142,10 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
     ids = [row["id"] for row in read_published(output).to_pylist()]
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} trades published twice"
     assert set(ids) == {event["id"] for event in sent + more}
+    records = read_committed(kafka.bootstrap, f"{topic}-out", 2)
+    assert sorted(value["id"] for _, value in records) == sorted(ids), "the Kafka sink's topic differs from the files"
+    assert all(key == value["sym"].encode() and value["notional"] == value["price"] * value["size"]
+               for key, value in records)
     vwap = read_published(vwap_out, latest_batch_only=True).to_pylist()
     assert {row["sym"]: (row["trades"], row["volume"]) for row in vwap} == \
         {sym: (want["trades"], want["volume"]) for sym, want in expected_vwap(sent + more).items()}

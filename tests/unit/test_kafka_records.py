@@ -80,3 +80,16 @@ def test_a_pretty_printed_value_is_one_record():
 def test_a_value_that_is_not_a_json_object_fails_naming_its_offset(bad, why):
     with pytest.raises(MalformedRecord, match=rf"topic 'trades' partition 3 offset 42: the value is {why}"):
         to_batch(chunk([b'{"id": 1}', bad, b'{"id": 3}']), pa.schema(PAYLOAD), ())
+
+
+def test_what_the_kafka_sink_writes_the_kafka_source_reads_back_into_the_same_values():
+    from worker.publishing.targets.kafka import encode, encode_key
+
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("sym", pa.string()), pa.field("price", pa.float64()),
+                        pa.field("ok", pa.bool_()), pa.field("time", pa.timestamp("us", tz="UTC"))])
+    rows = [{"id": 1, "sym": "Zürich", "price": 0.1, "ok": True,
+             "time": dt.datetime(2026, 12, 7, 10, 0, 0, 1, tzinfo=dt.timezone.utc)},
+            {"id": 2, "sym": None, "price": None, "ok": None, "time": None}]
+    staged = pa.Table.from_pylist(rows, schema=schema)          # as the sink reads a staged batch
+    assert to_batch(chunk([encode(row) for row in staged.to_pylist()]), schema, ()).to_pylist() == rows
+    assert [encode_key(v) for v in ("IBM", 7, None)] == [b"IBM", b"7", None]

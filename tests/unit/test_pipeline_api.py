@@ -311,6 +311,24 @@ def test_to_postgres_accepts_a_schema_and_a_composite_key():
     assert node.params == {"table": "analytics.vwap", "key": ["sym", "venue"], "version": "trades"}
 
 
+@pytest.mark.parametrize("call, needle", [
+    (lambda: sp.write.to_kafka(""), "a Kafka topic name"),
+    (lambda: sp.write.to_kafka("trades out"), "a Kafka topic name"),
+    (lambda: sp.write.to_kafka("t", key=""), "key is a column name"),
+    (lambda: sp.write.to_kafka("t", key=["sym"]), "key is a column name"),
+])
+def test_to_kafka_is_validated(call, needle):
+    with pytest.raises(sp.PipelineError, match=needle):
+        call()
+
+
+def test_to_kafka_takes_a_key_and_may_create_its_topic():
+    assert sp.write.to_kafka("out").node.params == {"topic": "out"}
+    node = sp.write.to_kafka("trades.enriched", key="sym", create=True, name="k").node
+    assert (node.kind, node.name, node.params) == ("sink.kafka", "k", {"topic": "trades.enriched", "key": "sym",
+                                                                       "create": True})
+
+
 def bounded_pipeline():
     trades = sp.read.from_log("trades", schema="id long, sym string", name="trades", bounded=True)
     quotes = sp.read.from_log("quotes", schema="id long, sym string", name="quotes")

@@ -290,6 +290,22 @@ def test_kafka_is_not_configured_by_default_and_a_kafka_source_needs_it():
     assert "source trades reads Kafka topic(s) trades" in str(error)
 
 
+def test_a_kafka_sink_needs_brokers_and_checkpoints_and_a_transaction_timeout_beyond_a_take_over():
+    pipeline = sp.run(sp.read.from_log("t", schema="sym string") | sp.write.to_kafka("out", name="enriched_kafka"))
+    error = settings_error(lambda: check_sinks(pipeline, WorkerSettings.from_env({})), "SP_KAFKA_BOOTSTRAP")
+    assert "sink enriched_kafka writes to Kafka topic out" in str(error)
+    kafka = {"SP_KAFKA_BOOTSTRAP": "k:9092"}
+    error = settings_error(lambda: check_sinks(pipeline, WorkerSettings.from_env({**kafka, "SP_CHECKPOINT_FREQ": "0"})),
+                           "SP_CHECKPOINT_FREQ")
+    assert "enriched_kafka" in str(error)
+    check_sinks(pipeline, WorkerSettings.from_env(kafka))      # librdkafka's 60 s against 2 x (1 s + 10 s)
+    short = {**kafka, "SP_CHECKPOINT_FREQ": "5000", "SP_HEARTBEAT_TIMEOUT": "30000"}
+    error = settings_error(lambda: check_sinks(pipeline, WorkerSettings.from_env(short)), "SP_KAFKA_CONFIG")
+    assert "transaction.timeout.ms is 60000, too short for sink enriched_kafka" in str(error)
+    assert "at least 70000" in str(error)
+    check_sinks(pipeline, WorkerSettings.from_env({**short, "SP_KAFKA_CONFIG": '{"transaction.timeout.ms": 70000}'}))
+
+
 def test_kafka_properties_pass_through_and_secrets_come_from_files(tmp_path):
     password = tmp_path / "kafka-password"
     password.write_text("s3cret\n")
@@ -310,6 +326,7 @@ def test_kafka_properties_pass_through_and_secrets_come_from_files(tmp_path):
     ({"SP_KAFKA_CONFIG": '{"group.id": "mine"}'}, "SP_KAFKA_CONFIG", "group.id is set by Sparkpoint"),
     ({"SP_KAFKA_CONFIG": '{"bootstrap.servers": "k:1"}'}, "SP_KAFKA_CONFIG", "SP_KAFKA_BOOTSTRAP"),
     ({"SP_KAFKA_CONFIG": '{"auto.offset.reset": "latest"}'}, "SP_KAFKA_CONFIG", "fail_on_data_loss"),
+    ({"SP_KAFKA_CONFIG": '{"transactional.id": "mine"}'}, "SP_KAFKA_CONFIG", "one per worker index and sink"),
     ({"SP_KAFKA_CONFIG": '{"Not A Property": "x"}'}, "SP_KAFKA_CONFIG", "is not a librdkafka property name"),
     ({"SP_KAFKA_CONFIG": "security.protocol=SSL"}, "SP_KAFKA_CONFIG", "expected a JSON object of strings, numbers"),
     ({"SP_KAFKA_CONFIG": '{"ssl": {"ca": "x"}}'}, "SP_KAFKA_CONFIG", "expected a JSON object of strings, numbers"),

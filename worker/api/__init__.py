@@ -171,6 +171,34 @@ class _Write:
         return Operator(Node("sink.postgres", params, name))
 
     @staticmethod
+    def to_kafka(topic: str, *, key: str | None = None, create: bool = False, name: str | None = None) -> Operator:
+        """Write each row as a JSON record to the Kafka topic ``topic``, keyed by
+        the column ``key`` if given (and so partitioned by it, murmur2 as Kafka's
+        Java producer does); the brokers come from ``SP_KAFKA_BOOTSTRAP``.
+
+        Contract: transactional, published on checkpoint completion, as Flink's
+        exactly-once Kafka sink. Each batch is staged durably; when a checkpoint
+        covering it completes it is produced inside a Kafka transaction of the
+        producer ``sparkpoint.<worker>.<sink>``, which also commits the mark
+        "published up to" (an offset of the group ``sparkpoint-sink.<worker>.<sink>``):
+        ``read_committed`` consumers see every row exactly once, across crashes
+        and take-overs (a new holder's producer fences the old one). Needs
+        checkpoints (``SP_CHECKPOINT_FREQ`` > 0). The topic must exist, unless
+        ``create=True`` (the brokers' default partitions and replication).
+        """
+        if not KAFKA_TOPIC.fullmatch(topic or ""):
+            raise PipelineError(f"to_kafka({topic!r}): a Kafka topic name is 1 to 249 letters, digits, '.', '_' "
+                                "and '-'")
+        if key is not None and not (isinstance(key, str) and key):
+            raise PipelineError(f"to_kafka({topic!r}): key is a column name, got {key!r}")
+        params: dict[str, Any] = {"topic": topic}
+        if key is not None:
+            params["key"] = key
+        if create:
+            params["create"] = True
+        return Operator(Node("sink.kafka", params, name))
+
+    @staticmethod
     def to_console(*, name: str | None = None) -> Operator:
         """Print each batch. Contract: at-least-once (a replay prints again)."""
         return Operator(Node("sink.console", {}, name))

@@ -14,12 +14,17 @@ from worker.publishing.publisher import Publication
 from worker.publishing.staging import StagingArea
 from worker.publishing.targets import Target
 from worker.publishing.targets.files import FilesTarget
+from worker.publishing.targets.kafka import (
+    KafkaTransactionalTarget,
+    required_transaction_timeout_ms,
+    transaction_timeout_ms,
+)
 from worker.publishing.targets.postgres import PostgresTransactionalTarget, PostgresUpsertTarget
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("sparkpoint.worker.publisher")
 
-STAGED_KINDS = ("sink.files", "sink.postgres")
+STAGED_KINDS = ("sink.files", "sink.postgres", "sink.kafka")
 
 
 def stages(sink: Node) -> bool:
@@ -40,6 +45,8 @@ def check_sinks(pipeline: Pipeline, settings: WorkerSettings) -> None:
     """Refuse, naming the setting, a sink that cannot keep its contract as configured."""
     for branch in staged_branches(pipeline):
         sink = branch.sink
+        if sink.kind == "sink.kafka":
+            _check_kafka_sink(sink, settings)
         if sink.kind != "sink.postgres":
             continue
         if settings.postgres is None:
@@ -50,6 +57,23 @@ def check_sinks(pipeline: Pipeline, settings: WorkerSettings) -> None:
             raise SettingsError("SP_CHECKPOINT_FREQ", f"is 0, but sink {sink.name} publishes to PostgreSQL table "
                                                       f"{sink.params['table']} on checkpoint completion: enable "
                                                       "checkpoints, or give to_postgres a key and version (upsert)")
+
+
+def _check_kafka_sink(sink: Node, settings: WorkerSettings) -> None:
+    topic = sink.params["topic"]
+    if settings.kafka is None:
+        raise SettingsError("SP_KAFKA_BOOTSTRAP", f"sink {sink.name} writes to Kafka topic {topic}: set "
+                                                  "SP_KAFKA_BOOTSTRAP")
+    if settings.checkpoint_freq_ms == 0:
+        raise SettingsError("SP_CHECKPOINT_FREQ", f"is 0, but sink {sink.name} publishes to Kafka topic {topic} "
+                                                  "in transactions on checkpoint completion: enable checkpoints")
+    timeout = transaction_timeout_ms(settings.kafka[0])
+    needed = required_transaction_timeout_ms(settings.checkpoint_freq_ms, settings.heartbeat_timeout_ms)
+    if timeout < needed:
+        raise SettingsError("SP_KAFKA_CONFIG", f"transaction.timeout.ms is {timeout}, too short for sink {sink.name}: "
+                                               f"a publish after a take-over holds about SP_CHECKPOINT_FREQ + "
+                                               f"SP_HEARTBEAT_TIMEOUT of output and must commit before the broker "
+                                               f"aborts it; give at least {needed} (twice that)")
 
 
 def publication(branch: Stream, query: str, settings: WorkerSettings, run: str, fence: VolumeFence) -> Publication:
@@ -68,6 +92,13 @@ def publication(branch: Stream, query: str, settings: WorkerSettings, run: str, 
             log.warning("sink %s: checkpoints are off (SP_CHECKPOINT_FREQ=0): batches are published as they come, "
                         "and a restart replays the source from its beginning and publishes it again "
                         "(at-least-once)", sink.name)
+    elif sink.kind == "sink.kafka":
+        config, config_files = settings.kafka
+        target = KafkaTransactionalTarget(config, config_files, sink.params["topic"], sink=sink.name,
+                                          worker_id=settings.worker_id, key=sink.params.get("key"),
+                                          create=sink.params.get("create", False), fence=fence,
+                                          faults=FaultInjector(settings.test_fault, settings.checkpoint_dir))
+        contract = SinkContract.TRANSACTIONAL
     elif "key" in sink.params:
         target = PostgresUpsertTarget(settings.postgres, sink.params["table"], key=sink.params["key"],
                                       version=sink.params["version"], worker_id=settings.worker_id, fence=fence)

@@ -16,12 +16,16 @@ from worker.sources.kafka.offsets import Offsets, TopicPartition
 
 # Planning waits at most this long for a metadata or offsets answer.
 REQUEST_TIMEOUT_S = 10.0
+# Properties of SP_KAFKA_CONFIG only consumers take, and only producers (the
+# Kafka sink's): each client is given its own (librdkafka warns of the other's).
+CONSUMER_ONLY = ("isolation.level",)
+PRODUCER_ONLY = ("transaction.timeout.ms",)
 
 
 def client_config(config: Mapping[str, str], config_files: Mapping[str, str]) -> dict[str, str]:
-    """librdkafka properties, those in ``config_files`` read from their files
-    (secrets: read where the client runs, never passed through Spark)."""
-    resolved = dict(config)
+    """A consumer's librdkafka properties, those in ``config_files`` read from
+    their files (secrets: read where the client runs, never passed through Spark)."""
+    resolved = {prop: value for prop, value in config.items() if prop not in PRODUCER_ONLY}
     for prop, path in config_files.items():
         resolved[prop] = Path(path).read_text().strip()
     resolved.setdefault("isolation.level", "read_committed")

@@ -2,6 +2,8 @@
 
 Healthy while a partition file changed within SP_HEALTH_MAX_AGE seconds
 (default 30), or once the producer has written its SP_PRODUCER_COUNT events.
+Producing to Kafka (SP_PRODUCER_KAFKA_BOOTSTRAP set), the file is the
+heartbeat it touches after each acknowledged tick instead.
 
 The four values come straight from the environment when all are set (the
 compose file sets them): importing the settings classes would cost half a
@@ -10,10 +12,13 @@ second of CPU at every check. Otherwise the settings give the defaults.
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 NAMES = ("SP_LOG_DIR", "SP_PRODUCER_LOG", "SP_PRODUCER_COUNT", "SP_HEALTH_MAX_AGE")
+# sparkpoint.kafka_producer.HEARTBEAT (not imported: it loads the Kafka client)
+KAFKA_HEARTBEAT = Path(tempfile.gettempdir()) / "sparkpoint-producer-heartbeat"
 
 
 def where() -> tuple[Path, float, int]:
@@ -33,7 +38,10 @@ try:
 except ValueError as error:
     print(f"unhealthy: {error}")
     sys.exit(1)
-files = list(log.glob("p-*.jsonl"))
+if os.environ.get("SP_PRODUCER_KAFKA_BOOTSTRAP"):
+    log, files = KAFKA_HEARTBEAT, [KAFKA_HEARTBEAT] if KAFKA_HEARTBEAT.exists() else []
+else:
+    files = list(log.glob("p-*.jsonl"))
 if not files:
     print(f"unhealthy: nothing written to {log} yet")
     sys.exit(1)

@@ -1,10 +1,12 @@
-"""Producer: appends trade events with unique ids to the event log.
+"""Producer: appends trade events with unique ids to the event log, or,
+with ``SP_PRODUCER_KAFKA_BOOTSTRAP``, produces them to a Kafka topic.
 
     python -m sparkpoint.producer        (settings from SP_PRODUCER_* variables)
 
 Events are partitioned by symbol, so one symbol's state lives on one worker.
 Ids continue from the number of records already in the log, so a restarted
-producer never reuses one.
+producer never reuses one. In Kafka (``sparkpoint.kafka_producer``) they
+continue after the largest id the topic holds.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class ProducerSettings(Settings):
     count: int = Field(0, ge=0, validation_alias="SP_PRODUCER_COUNT",
                        description="stop after this many events (`0` = never)")
     seed: int = Field(1, validation_alias="SP_PRODUCER_SEED", description="random seed")
+    kafka_bootstrap: str | None = Field(
+        None, validation_alias="SP_PRODUCER_KAFKA_BOOTSTRAP",
+        description="Kafka's bootstrap servers: produce to the topic `SP_PRODUCER_LOG` (created with "
+                    "`SP_PRODUCER_PARTITIONS` partitions if missing) instead of appending to the event log")
     health_max_age_s: HealthMaxAge = Field(30, validation_alias="SP_HEALTH_MAX_AGE")
 
 
@@ -81,10 +87,32 @@ def write_trades(log: EventLog, count: int, seed: int = 1) -> list[dict]:
     return events
 
 
+class LogTarget:
+    """Where the events go by default: the event log."""
+
+    def __init__(self, settings: ProducerSettings) -> None:
+        self.log = EventLog.create(settings.log_dir / settings.log_name, settings.partitions)
+        self.description = str(self.log.directory)
+
+    def next_id(self) -> int:
+        return records_in(self.log)
+
+    def append(self, events: list[dict]) -> None:
+        append_trades(self.log, events)
+
+    def close(self) -> None:
+        pass
+
+
 def run(settings: ProducerSettings) -> None:
-    log = EventLog.create(settings.log_dir / settings.log_name, settings.partitions)
+    if settings.kafka_bootstrap:
+        from sparkpoint.kafka_producer import KafkaTarget
+
+        target = KafkaTarget(settings.kafka_bootstrap, settings.log_name, settings.partitions)
+    else:
+        target = LogTarget(settings)
     written = 0
-    generator = trades(settings.seed, records_in(log))
+    generator = trades(settings.seed, target.next_id())
     stopping = False
 
     def stop(*_: object) -> None:
@@ -96,13 +124,16 @@ def run(settings: ProducerSettings) -> None:
     tick = 0.1
     per_tick = max(1, round(settings.rate * tick))
     next_tick = time.monotonic()
-    print(f"producer: appending {settings.rate} events/s to {log.directory}", flush=True)
-    while not stopping and (settings.count == 0 or written < settings.count):
-        n = per_tick if settings.count == 0 else min(per_tick, settings.count - written)
-        append_trades(log, [next(generator) for _ in range(n)])
-        written += n
-        next_tick += tick
-        time.sleep(max(0.0, next_tick - time.monotonic()))
+    print(f"producer: appending {settings.rate} events/s to {target.description}", flush=True)
+    try:
+        while not stopping and (settings.count == 0 or written < settings.count):
+            n = per_tick if settings.count == 0 else min(per_tick, settings.count - written)
+            target.append([next(generator) for _ in range(n)])
+            written += n
+            next_tick += tick
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+    finally:
+        target.close()
     print(f"producer: wrote {written} events", flush=True)
 
 

@@ -26,8 +26,8 @@ from sparkpoint.devstack import free_port
 CONSUMER_CONFIG = {"receive.message.max.bytes": "2000000000"}
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | None, dict]]:
-    """Every (key, JSON value) a ``read_committed`` consumer is given, reading
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes | None, dict]]:
+    """Every (partition, key, JSON value) a ``read_committed`` consumer is given, reading
     each partition from its start to its end in one pass (this broker answers
     a fetch with a partition's whole backlog, markers included: see
     ``test_kafka_broker`` for its fault with readers that start later)."""
@@ -43,7 +43,7 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[by
         for _ in range(300):
             for message in consumer.consume(500, timeout=0.2):
                 if message.error() is None:
-                    seen.append((message.key(), json.loads(message.value())))
+                    seen.append((message.partition(), message.key(), json.loads(message.value())))
                 elif message.error().code() == KafkaError._PARTITION_EOF:
                     ended.add(message.partition())
             if len(ended) == partitions:

@@ -143,9 +143,9 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
     assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} trades published twice"
     assert set(ids) == {event["id"] for event in sent + more}
     records = read_committed(kafka.bootstrap, f"{topic}-out", 2)
-    assert sorted(value["id"] for _, value in records) == sorted(ids), "the Kafka sink's topic differs from the files"
+    assert sorted(value["id"] for _, _, value in records) == sorted(ids), "the Kafka sink's topic differs from the files"
     assert all(key == value["sym"].encode() and value["notional"] == value["price"] * value["size"]
-               for key, value in records)
+               for _, key, value in records)
     vwap = read_published(vwap_out, latest_batch_only=True).to_pylist()
     assert {row["sym"]: (row["trades"], row["volume"]) for row in vwap} == \
         {sym: (want["trades"], want["volume"]) for sym, want in expected_vwap(sent + more).items()}

@@ -110,12 +110,12 @@ def test_a_worker_killed_at_each_step_of_a_publish_has_every_row_published_once_
     assert resumed.health.error == ""
     assert resumed.book.mark == Mark(2, 5)
     records = read_committed(kafka.bootstrap, topic, 3)
-    ids = [value["id"] for _, value in records]
+    ids = [value["id"] for _, _, value in records]
     assert sorted(ids) == list(range(6 * ROWS_PER_BATCH)), \
         f"{len(ids) - len(set(ids))} rows twice, {6 * ROWS_PER_BATCH - len(set(ids))} missing"
-    assert all(key == value["sym"].encode() for key, value in records)
+    assert all(key == value["sym"].encode() for _, key, value in records)
     # Keyed: every record of a symbol in one partition, in publish order.
-    assert [v["id"] for _, v in records if v["sym"] == "IBM"] == sorted(i for i in ids if SYMBOLS[i % 4] == "IBM")
+    assert [v["id"] for _, _, v in records if v["sym"] == "IBM"] == sorted(i for i in ids if SYMBOLS[i % 4] == "IBM")
 
 
 def test_a_zombie_is_fenced_by_the_next_holder_and_nothing_it_produced_is_seen(kafka, targets, tmp_path):
@@ -136,7 +136,7 @@ def test_a_zombie_is_fenced_by_the_next_holder_and_nothing_it_produced_is_seen(k
         zombie.resume()                 # refused before its producer could fence the holder's
     holder.publish([StagingArea(tmp_path / "holder", "run").batch(0)], Mark(1, 0))
     assert holder.resume() == Mark(1, 0)
-    assert sorted(value["id"] for _, value in read_committed(kafka.bootstrap, topic, 1)) == \
+    assert sorted(value["id"] for _, _, value in read_committed(kafka.bootstrap, topic, 1)) == \
         list(range(ROWS_PER_BATCH))
 
 

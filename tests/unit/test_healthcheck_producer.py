@@ -60,3 +60,17 @@ def test_without_the_compose_files_variables_the_settings_give_the_defaults(log_
     assert check(log_dir, SP_HEALTH_MAX_AGE=None)[0] == f"unhealthy: {log_dir / 'trades'} not appended to for 45s"
     assert check(log_dir, SP_HEALTH_MAX_AGE="-1", SP_PRODUCER_COUNT=None)[0].startswith(
         "unhealthy: SP_HEALTH_MAX_AGE")
+
+
+def test_producing_to_kafka_it_is_the_heartbeat_the_producer_touches_after_each_acknowledged_tick(log_dir, tmp_path):
+    from sparkpoint.kafka_producer import HEARTBEAT
+
+    heartbeat = tmp_path / HEARTBEAT.name
+    kafka = {"SP_PRODUCER_KAFKA_BOOTSTRAP": "kafka:9092", "TMPDIR": str(tmp_path)}
+    appended(log_dir, seconds_ago=5)        # the log does not count
+    assert check(log_dir, **kafka) == [f"unhealthy: nothing written to {heartbeat} yet", "1 []"]
+    heartbeat.touch()
+    assert check(log_dir, **kafka) == ["healthy", "0 []"]
+    stamp = heartbeat.stat().st_mtime - 45
+    os.utime(heartbeat, (stamp, stamp))
+    assert check(log_dir, **kafka) == [f"unhealthy: {heartbeat} not appended to for 45s", "1 []"]

@@ -107,9 +107,10 @@ clean-local:
 # from the machine's Debian mirror and `docker import`ed, Python packages from
 # a wheelhouse built on the host; nothing is pulled from a registry.
 #   make images   base images, wheelhouse, then the controller, worker and postgres images
-#                 (and Prometheus's with PROFILE=monitoring)
+#                 (and Prometheus's with PROFILE=monitoring, the broker's with PROFILE=kafka)
 #   make up       images, `compose up -d`, wait until every service is healthy;
 #                 PROFILE=monitoring adds Prometheus scraping the controller,
+#                 PROFILE=kafka a Kafka broker the trades go through (docker/compose.kafka.yml),
 #                 SP_WORKER_COUNT=2 a second worker
 #   make down     stop the stack (volumes kept)
 #   make clean    stop it, delete its volumes and build/
@@ -125,6 +126,10 @@ COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo "docker 
 PROFILE ?=
 COMPOSE_FILES ?= docker-compose.yml
 MONITORING := $(filter monitoring,$(PROFILE))
+# The kafka profile is a second compose file (docker/compose.kafka.yml): a
+# broker, a producer writing to it, the workers on pipelines/trades_kafka.py.
+KAFKA := $(filter kafka,$(PROFILE))
+KAFKA_FILES := $(if $(KAFKA),docker/compose.kafka.yml)
 # Workers: SP_WORKER_COUNT from make's command line or the environment, else
 # from .env, else 1 (as docker-compose.yml reads it). Two run worker-1 too:
 # the compose file's scale-out profile.
@@ -133,9 +138,11 @@ WORKER_SERVICES = $(if $(filter 1,$(WORKERS)),worker-0,$(if $(filter 2,$(WORKERS
   SP_WORKER_COUNT=$(WORKERS): the compose stack runs 1 or 2 workers (a third needs a service of its own; see \
   docker-compose.yml))))
 STACK_PROFILES = $(PROFILE) $(if $(filter worker-1,$(WORKER_SERVICES)),scale-out)
-DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) $(foreach p,$(STACK_PROFILES),--profile $(p))
+DC = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES) $(KAFKA_FILES),-f $(f)) \
+  $(foreach p,$(filter-out kafka,$(STACK_PROFILES)),--profile $(p))
 # Stopping takes down every profile's services, whichever were started.
-DC_ALL = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES),-f $(f)) --profile monitoring --profile scale-out
+DC_ALL = $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) $(foreach f,$(COMPOSE_FILES) docker/compose.kafka.yml,-f $(f)) \
+  --profile monitoring --profile scale-out
 UP_TIMEOUT ?= 420
 # The stack's secrets (REST token, gRPC secret, PostgreSQL password): generated
 # here on first `make up`, kept out of git, handed to the services as Docker secrets.
@@ -144,7 +151,7 @@ export SP_SECRETS_DIR
 WHEELHOUSE := build/wheelhouse
 IMAGE_INPUTS := pyproject.toml controller worker proto sparkpoint sparkpoint_cli $(WHEELHOUSE)
 
-.PHONY: images monitoring-images docker-tools base-images wheelhouse secrets up down clean docker-ps docker-logs docker-crash docker-clean-images savepoint
+.PHONY: images monitoring-images kafka-images docker-tools base-images wheelhouse secrets up down clean docker-ps docker-logs docker-crash docker-clean-images savepoint
 
 docker-tools:
 	@command -v docker >/dev/null 2>&1 || { echo "docker is not installed" >&2; exit 1; }
@@ -169,8 +176,16 @@ monitoring-images: docker-tools
 	@docker/build-image.sh prometheus docker/prometheus/Dockerfile docker/prometheus "$$(cat build/base-prometheus.ref)" \
 	  docker/prometheus >/dev/null
 
+# The kafka profile's broker: the venv's noida-db binary (the tests' broker,
+# pinned in pyproject.toml) on the python base image.
+kafka-images: base-images $(STAMP)
+	@cp "$$($(PY) -c 'import noida_db, pathlib; print(pathlib.Path(noida_db.__file__).parent / "noida-db")')" \
+	  docker/kafka/noida-db
+	@docker/build-image.sh kafka docker/kafka/Dockerfile docker/kafka "$$(cat build/base-python.ref)" \
+	  docker/kafka >/dev/null
+
 # Each image is tagged with a hash of its inputs (and :latest); unchanged ones are not rebuilt.
-images: proto jars base-images wheelhouse $(if $(MONITORING),monitoring-images)
+images: proto jars base-images wheelhouse $(if $(MONITORING),monitoring-images) $(if $(KAFKA),kafka-images)
 	@docker/build-image.sh controller Dockerfile.controller . "$$(cat build/base-python.ref)" \
 	  $(IMAGE_INPUTS) docker/healthcheck-http.py docker/healthcheck-producer.py >/dev/null
 	@docker/build-image.sh worker Dockerfile.worker . "$$(cat build/base-java.ref)" \
@@ -185,7 +200,7 @@ secrets: $(STAMP)
 up: images secrets
 	$(DC) up -d --remove-orphans
 	@COMPOSE="$(DC)" docker/wait-healthy.sh $(UP_TIMEOUT) controller $(WORKER_SERVICES) \
-	  producer postgres \
+	  $(if $(KAFKA),kafka kafka-producer,producer) postgres \
 	  $(if $(MONITORING),prometheus)
 	@port=$$($(DC) port controller 8080 | sed 's/.*://'); \
 	  echo "Sparkpoint is running (project $(COMPOSE_PROJECT_NAME)):"; \

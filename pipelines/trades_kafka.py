@@ -19,7 +19,7 @@ enriched = trades | sp.map(enrich, name="enrich")
 
 sp.run(
     enriched | sp.write.to_postgres("trades_enriched", name="enriched_pg"),
-    enriched | sp.write.to_kafka("trades_enriched", key="sym", name="enriched_kafka"),
+    enriched | sp.write.to_kafka("trades_enriched", key="sym", create=True, name="enriched_kafka"),
     trades
     | sp.aggregate("sym", VWAP_AGGREGATIONS, name="vwap_state")
     | sp.map(add_vwap, name="vwap")

@@ -9,6 +9,8 @@ in send order, so a restarted producer continues after the largest id any
 partition's last record holds: ids of a tick lost in a crash are skipped,
 never reused. Each tick's events are acknowledged before the next tick, and
 then a heartbeat file is touched (the container's health check reads it).
+An error ends the producer (its container restarts it): a fatal one, such
+as sequence numbers a restarted broker forgot, cannot be recovered in place.
 """
 
 from __future__ import annotations
@@ -83,10 +85,14 @@ class KafkaTarget:
             if error is not None:
                 failed.append(str(error))
 
-        for event in events:
-            self._producer.produce(self.topic, json.dumps(event).encode(), event["sym"].encode(),
-                                   partition=partition_for_key(event["sym"], self.partitions), on_delivery=delivered)
-        remaining = self._producer.flush(REQUEST_TIMEOUT_S)
+        try:
+            for event in events:
+                self._producer.produce(self.topic, json.dumps(event).encode(), event["sym"].encode(),
+                                       partition=partition_for_key(event["sym"], self.partitions),
+                                       on_delivery=delivered)
+            remaining = self._producer.flush(REQUEST_TIMEOUT_S)
+        except KafkaException as error:     # fatal (say, sequence numbers lost by a restarted broker)
+            raise ConnectionError(f"{self.description}: {error.args[0].str()}") from None
         if failed or remaining:
             raise ConnectionError(f"{self.description}: {len(failed) + remaining} events not acknowledged "
                                   f"({(failed or ['timed out'])[0]})")

@@ -18,10 +18,12 @@ from pathlib import Path
 
 import docker
 from sparkpoint.stack_secrets import ensure_compose_secrets
+from tests.kafkaserver import CONSUMER_CONFIG, read_committed
 from tests.support import expected_vwap, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_SERVICES = ("worker-0", "worker-1", "standby")     # containers that run a worker index, or stand by
+KAFKA_PROFILE = ("docker/compose.kafka.yml",)             # ComposeStack(files=...): the kafka profile
 
 # Runs inside a container of the project's own image, on the stack's volumes
 # and network, and prints a summary (the input is millions of events): the
@@ -70,6 +72,57 @@ print(json.dumps({
 """
 
 
+# The kafka profile's results (``ComposeStack.kafka_results``): the input
+# topic against the output topic, as a read_committed consumer reads them
+# (``read_committed``, sent along), and against PostgreSQL's tables.
+_READ_KAFKA_RESULTS = """
+import collections, json, psycopg
+from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
+CONSUMER_CONFIG = %(consumer_config)r
+%(read_committed)s
+%(expected_vwap)s
+admin = AdminClient({'bootstrap.servers': 'kafka:9092'})
+
+def records(topic):
+    try:
+        partitions = len(admin.describe_topics(TopicCollection([topic]))[topic].result(30).partitions)
+    except KafkaException:
+        return []           # not created yet
+    return [value for _, _, value in read_committed('kafka:9092', topic, partitions)]
+
+events = records('trades')
+produced = {e['id'] for e in events}
+pg = {'ids': [], 'vwap': []}
+with psycopg.connect(%(dsn)r, connect_timeout=5) as conn:
+    for table, query in (('ids', 'SELECT id FROM trades_enriched'),
+                         ('vwap', 'SELECT sym, notional, volume, trades FROM vwap')):
+        try:
+            with conn.transaction():
+                cursor = conn.execute(query)
+                names = [c.name for c in cursor.description]
+                pg[table] = [dict(zip(names, row)) for row in cursor]
+        except psycopg.errors.UndefinedTable:
+            pass
+
+def compared(published):
+    counts = collections.Counter(published)
+    missing = produced - counts.keys()
+    return {'missing': len(missing), 'missing_sample': sorted(missing)[:10],
+            'duplicated': sorted(i for i, n in counts.items() if n > 1)[:20],
+            'unknown': sorted(counts.keys() - produced)[:20]}
+
+print(json.dumps({
+    'events': len(events),
+    'distinct_events': len(produced),
+    'kafka': compared([record['id'] for record in records('trades_enriched')]),
+    'pg': compared([row['id'] for row in pg['ids']]),
+    'expected_vwap': expected_vwap(events),
+    'pg_vwap': pg['vwap'],
+}))
+"""
+
+
 def docker_time(stamp: str) -> float:
     """An RFC 3339 time as Docker writes it (nanoseconds, ``Z``): seconds since the epoch."""
     head, _, fraction = stamp.rstrip("Z").partition(".")
@@ -84,8 +137,10 @@ def compose_command() -> list[str]:
 
 
 class ComposeStack:
-    def __init__(self, project: str, env: dict[str, str], http_port: int) -> None:
+    def __init__(self, project: str, env: dict[str, str], http_port: int, files: tuple[str, ...] = ()) -> None:
+        """``files``: compose files beside docker-compose.yml (docker/compose.kafka.yml)."""
         self.project = project
+        self.files = ("docker-compose.yml", *files)
         self.secrets = REPO / f".secrets-{project}"
         ensure_compose_secrets(self.secrets)
         self.env = {**os.environ, **env, "SP_HTTP_PUBLISH_PORT": str(http_port), "COMPOSE_PROJECT_NAME": project,
@@ -95,7 +150,8 @@ class ComposeStack:
         self.client = docker.from_env()
 
     def compose(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([*compose_command(), "-p", self.project, "-f", str(REPO / "docker-compose.yml"), *args],
+        return subprocess.run([*compose_command(), "-p", self.project, *(f"--file={REPO / f}" for f in self.files),
+                               *args],
                               cwd=REPO, env=self.env, check=check, capture_output=True, text=True)
 
     def up(self, *services: str) -> None:
@@ -189,16 +245,37 @@ class ComposeStack:
     def worker(self, index: int) -> dict | None:
         return next((w for w in self.status().get("workers", []) if w["worker_index"] == index), None)
 
+    def _dsn(self) -> str:
+        return (f"host=postgres dbname={self.env.get('POSTGRES_DB', 'sparkpoint')} "
+                f"user={self.env.get('POSTGRES_USER', 'sparkpoint')} "
+                f"password={(self.secrets / 'postgres-password').read_text().strip()} "
+                "sslmode=verify-full sslrootcert=/ca.crt")   # as the workers do
+
+    def kafka_results(self) -> dict:
+        """The kafka profile's input topic against its outputs
+        (``_READ_KAFKA_RESULTS``), read on the stack's kafka and data networks."""
+        script = _READ_KAFKA_RESULTS % {
+            "dsn": self._dsn(), "expected_vwap": inspect.getsource(expected_vwap),
+            "read_committed": inspect.getsource(read_committed), "consumer_config": CONSUMER_CONFIG}
+        container = self.client.containers.create(
+            "sparkpoint-controller:latest", ["python", "-c", script], network=f"{self.project}_kafka",
+            volumes={str(self.secrets / "ca.crt"): {"bind": "/ca.crt", "mode": "ro"}})
+        try:
+            self.client.networks.get(f"{self.project}_data").connect(container)
+            container.start()
+            status = container.wait(timeout=300)
+            output = container.logs(stdout=True, stderr=False).decode()
+            assert status["StatusCode"] == 0, container.logs().decode(errors="replace")[-3000:]
+        finally:
+            container.remove(force=True)
+        return json.loads(output)
+
     def results(self) -> dict:
         """The input against the outputs (``_READ_RESULTS``); raises while
         PostgreSQL is unreachable."""
-        dsn = (f"host=postgres dbname={self.env.get('POSTGRES_DB', 'sparkpoint')} "
-               f"user={self.env.get('POSTGRES_USER', 'sparkpoint')} "
-               f"password={(self.secrets / 'postgres-password').read_text().strip()} "
-               "sslmode=verify-full sslrootcert=/ca.crt")   # as the workers do
         output = self.client.containers.run(
             "sparkpoint-controller:latest",
-            ["python", "-c", _READ_RESULTS % {"dsn": dsn, "expected_vwap": inspect.getsource(expected_vwap)}],
+            ["python", "-c", _READ_RESULTS % {"dsn": self._dsn(), "expected_vwap": inspect.getsource(expected_vwap)}],
             remove=True,
             network=f"{self.project}_data",
             volumes={str(self.secrets / "ca.crt"): {"bind": "/ca.crt", "mode": "ro"},

@@ -19,14 +19,20 @@ def images() -> None:
     subprocess.run(["make", "images"], cwd=REPO, check=True)
 
 
+@pytest.fixture(scope="session")
+def kafka_images(images) -> None:
+    """The kafka profile's broker image, once per run (cached likewise)."""
+    subprocess.run(["make", "kafka-images"], cwd=REPO, check=True)
+
+
 @pytest.fixture
 def stack(images, request: pytest.FixtureRequest) -> Iterator:
     """A fresh compose project per test; containers and volumes removed
     afterwards, all containers' logs saved to test-artifacts/ if it failed."""
     stacks: list[ComposeStack] = []
 
-    def build(**env: str) -> ComposeStack:
-        compose = ComposeStack(f"spchaos{uuid.uuid4().hex[:8]}", env, free_port())
+    def build(files: tuple[str, ...] = (), **env: str) -> ComposeStack:
+        compose = ComposeStack(f"spchaos{uuid.uuid4().hex[:8]}", env, free_port(), files)
         stacks.append(compose)
         return compose
 

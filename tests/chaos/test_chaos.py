@@ -10,7 +10,9 @@ duplicates), and the per-symbol aggregates in PostgreSQL (upsert) equal a
 batch computation over the whole log. The stack runs the compose default,
 ``pipelines/trades_postgres.py``: one scenario as it ships (one worker and
 its standby), the others scaled out to two workers (a failure of one must
-not stop the other).
+not stop the other). One scenario runs the kafka profile
+(``docker/compose.kafka.yml``, ``pipelines/trades_kafka.py``): every id of
+the input topic exactly once in PostgreSQL and in the output topic.
 
 PostgreSQL crashes here land wherever they land; the crash inside a
 publishing transaction and at its COMMIT, on either side of the server, is
@@ -23,7 +25,7 @@ import re
 
 import pytest
 
-from tests.chaos.compose import WORKER_SERVICES, ComposeStack
+from tests.chaos.compose import KAFKA_PROFILE, WORKER_SERVICES, ComposeStack
 from tests.chaos.schedule import drawn, lone_worker_crashes, outages, takeovers, worker_crashes
 from tests.support import vwap_differences, wait_until
 
@@ -305,3 +307,68 @@ def test_controller_and_postgres_crash_while_workers_go_on(stack):
     compose.up("controller")
     resumed(compose, victim, checkpoint)
     drained_and_exact(compose)
+
+
+# The kafka profile: the producer writes 500 events/s to the topic (the test
+# broker keeps every record in memory and saves them all each second).
+KAFKA_SETTINGS = {**SETTINGS, "SP_PRODUCER_RATE": "500"}
+
+
+def drained_and_exact_on_kafka(stack: ComposeStack) -> None:
+    """As ``drained_and_exact``, for the kafka profile: every id of the input
+    topic exactly once in the output topic (read_committed) and in PostgreSQL."""
+    stack.compose("stop", "-t", "10", "kafka-producer")
+    last: dict = {}
+
+    def caught_up() -> dict | None:
+        last.update(results := stack.kafka_results())
+        return results if results["kafka"]["missing"] == 0 and results["pg"]["missing"] == 0 else None
+    try:
+        results = wait_until(caught_up, timeout_s=600, what="every produced event in both sinks", interval_s=5)
+    except AssertionError as timeout:
+        raise AssertionError(f"{timeout}; last seen: Kafka {last.get('kafka')}, PostgreSQL {last.get('pg')}") from None
+    assert results["events"] == results["distinct_events"] > 0, "the producer wrote an id twice"
+    for sink, where in (("kafka", "the output topic"), ("pg", "PostgreSQL")):
+        assert results[sink]["duplicated"] == [], f"event ids published twice to {where}"
+        assert results[sink]["unknown"] == [], f"ids never produced published to {where}"
+    expected = results["expected_vwap"]
+    wait_until(lambda: (r := stack.kafka_results()) and exact_aggregates(r["pg_vwap"], expected, "PostgreSQL vwap"),
+               timeout_s=120, what="the aggregates to cover every event", interval_s=3)
+    print(f"{results['events']} events: each exactly once in the output topic and PostgreSQL; aggregates exact")
+
+
+def test_on_kafka_worker_crashes_a_broker_restart_and_a_controller_crash_lose_and_duplicate_nothing(
+        stack, kafka_images):
+    crashes = drawn(lone_worker_crashes)
+    compose = stack(files=KAFKA_PROFILE, **KAFKA_SETTINGS)
+    services = ("worker-0", "standby")
+    compose.up("controller", "kafka-producer", *services)
+    checkpointed_since_restore(compose, 0)
+    # The worker crashes: the standby takes its index over (its producer fences the crashed one's).
+    for round_, crash in enumerate(crashes):
+        checkpoint = checkpointed_since_restore(compose, 0)
+        standby = the_standby(compose, services)
+        runner = compose.runner_of(0)
+        target = compose.worker(0)["batch_id"] + crash.batches
+        wait_until(lambda: compose.worker(0)["batch_id"] >= target, timeout_s=120, what=f"worker-0 batch {target}")
+        print(f"round {round_}: crashing {runner}; {standby} stands by")
+        compose.crash(runner)
+        back = resumed(compose, 0, checkpoint)
+        print(f"round {round_}: {compose.runner_of(0)} runs index 0, restored checkpoint "
+              f"{back['recovery']['restored_checkpoint_id']}")
+
+    # The broker restarts (cleanly: it saves its data at SIGTERM): reads and publishes wait, then go on.
+    published = published_batches(compose)
+    print("restarting the Kafka broker")
+    compose.compose("restart", "-t", "30", "kafka")
+    wait_until(lambda: published_batches(compose) > published + 5, timeout_s=300,
+               what="the sinks to publish again after the broker came back")
+
+    # The controller crashes: the worker goes on, and reports again once it is back.
+    before = compose.worker(0)
+    print("crashing the controller")
+    compose.crash("controller")
+    wait_until(lambda: (w := running(compose, 0)) and w["batch_id"] > before["batch_id"] + 2
+               and w["last_checkpoint"]["checkpoint_id"] > before["last_checkpoint"]["checkpoint_id"]
+               and w["heartbeat_age_s"] < 10, timeout_s=180, what="worker-0 progress after the crash")
+    drained_and_exact_on_kafka(compose)

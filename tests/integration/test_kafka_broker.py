@@ -13,10 +13,15 @@ must fail here, not let a source or sink test pass.
   applied when the transaction commits and never when it aborts or stays
   open; a producer initialised with a transactional id fences every earlier
   producer of that id (its commit fails) and aborts the transaction one
-  left open, its records never shown and its offsets never applied.
+  left open, its records never shown and its offsets never applied; a clean
+  restart of the broker (the compose stack's chaos test restarts it) keeps
+  the committed offsets and their metadata, and a transaction open across
+  it is never shown.
 """
 
 from __future__ import annotations
+
+import signal
 
 import pytest
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
@@ -158,6 +163,35 @@ def test_offsets_sent_with_a_transaction_apply_when_it_commits_only_and_a_new_pr
         assert values(kafka.bootstrap, topic, "read_uncommitted", end) == [b"committed", b"aborted", b"zombie",
                                                                            b"after"]
         assert values(kafka.bootstrap, topic, "read_committed", end) == [b"committed", b"after"]
+    finally:
+        group.close()
+
+
+def test_a_clean_restart_keeps_committed_offsets_and_never_shows_a_transaction_open_across_it(kafka):
+    topic = "guard-restart"
+    kafka.create_topic(topic, 1)
+    group = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "guard-restart-mark",
+                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+    producer = transactional(kafka.bootstrap, "guard-restart")
+    try:
+        for value, offset in ((b"committed", 3), (b"open", 4)):
+            producer.begin_transaction()
+            producer.produce(topic, value, partition=0)
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset, metadata=f"mark {offset}")],
+                                                 group.consumer_group_metadata(), 10)
+            producer.flush(10)
+            if value == b"committed":
+                producer.commit_transaction(10)
+        kafka.kill(signal.SIGTERM)
+        kafka.start()
+        assert committed(group, topic) == (3, "mark 3")
+        after = transactional(kafka.bootstrap, "guard-restart")
+        after.begin_transaction()
+        after.produce(topic, b"after", partition=0)
+        after.commit_transaction(10)
+        end = latest(AdminClient({"bootstrap.servers": kafka.bootstrap}), topic, IsolationLevel.READ_COMMITTED)
+        assert values(kafka.bootstrap, topic, "read_committed", end) == [b"committed", b"after"]
+        assert committed(group, topic) == (3, "mark 3")
     finally:
         group.close()
 

@@ -151,6 +151,34 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
         {sym: (want["trades"], want["volume"]) for sym, want in expected_vwap(sent + more).items()}
 
 
+def test_a_broker_restarted_mid_run_delays_the_source_and_the_sink_and_loses_nothing(make_stack, kafka, tmp_path):
+    topic = "pipeline-broker-restart"
+    kafka.create_topic(topic, 4)
+    kafka.create_topic(f"{topic}-out", 2)
+    pipeline = tmp_path / "kafka_pipeline.py"
+    pipeline.write_text(PIPELINE.replace("{topic}", topic))
+    stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap,
+                       SP_TRIGGER_INTERVAL="200", SP_REPORT_INTERVAL="300")
+    sent = events(0, 1000)
+    produce(kafka.bootstrap, topic, sent, 4)
+    stack.start_controller()
+    stack.start_worker(0)
+    output = stack.config.output_dir / "trades_enriched"
+    wait_until(lambda: output.exists() and len(read_published(output)) >= 1000, timeout_s=240,
+               what="the first trades published")
+    kafka.kill(signal.SIGTERM)
+    more = events(1000, 1000)
+    kafka.start()
+    produce(kafka.bootstrap, topic, more, 4)
+    wait_until(lambda: len(read_published(output)) >= 2000, timeout_s=240, what="every trade published")
+    wait_until(lambda: all_published(get_json(stack.config.status_url, stack.config.api_token)), timeout_s=60,
+               what="every staged batch to be published")
+    records = read_committed(kafka.bootstrap, f"{topic}-out", 2)
+    ids = sorted(value["id"] for _, _, value in records)
+    assert ids == sorted(e["id"] for e in sent + more), \
+        f"{len(ids) - len(set(ids))} twice, {2000 - len(set(ids))} missing in the Kafka sink's topic"
+
+
 LATEST_PIPELINE = '''
 from worker import api as sp
 

@@ -33,8 +33,9 @@ import datetime
 import decimal
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from sparkpoint.faults import NO_FAULTS, FaultInjector
 from sparkpoint.messages import VolumeFence
@@ -49,6 +50,9 @@ log = logging.getLogger("sparkpoint.worker.publisher")
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 # A call to the brokers (init, commit, reading the mark) waits at most this long.
 REQUEST_TIMEOUT_S = 30.0
+# A transactional call not back this long after its own timeout is given up (``bounded``).
+HUNG_AFTER_S = REQUEST_TIMEOUT_S + 10.0
+T = TypeVar("T")
 
 
 def transactional_id(worker_id: str, sink: str) -> str:
@@ -113,6 +117,35 @@ class KafkaTopicMissing(RuntimeError):
     """The sink's topic does not exist (and the sink may not create it)."""
 
 
+class KafkaCallHung(RuntimeError):
+    """A transactional call did not return, past its own timeout."""
+
+
+def bounded(call: Callable[[], T], what: str, timeout_s: float = HUNG_AFTER_S) -> T:
+    """``call()``, given up after ``timeout_s`` (``KafkaCallHung``). librdkafka's
+    transactional calls can wait past their own timeout -- forever, seen with a
+    broker restarted under a producer: ``send_offsets_to_transaction`` retried
+    its AddOffsetsToTxn and never went on. The call runs in a daemon thread; a
+    given-up one is left behind with its producer, which the next producer's
+    ``init_transactions`` fences."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name=f"sparkpoint-kafka-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise KafkaCallHung(f"Kafka's {what} did not return in {timeout_s:.0f} s; a new producer takes over")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 class KafkaTransactionalTarget:
     def __init__(self, config: Mapping[str, str], config_files: Mapping[str, str], topic: str, *, sink: str,
                  worker_id: str,
@@ -133,6 +166,7 @@ class KafkaTransactionalTarget:
         self._fence = fence
         self._faults = faults
         self._producer: Any = None
+        self._broken = False            # the producer's client reported an error since it was made
         self._consumer: Any = None      # holds the group whose offset is the mark
         self._mark: Mark | None = None
 
@@ -141,7 +175,12 @@ class KafkaTransactionalTarget:
         config = {"partitioner": "murmur2_random"}
         config.update((k, v) for k, v in self._config.items() if k not in CONSUMER_ONLY)
         config["transactional.id"] = transactional_id(self.worker_id, self.sink)
+        config["error_cb"] = self._client_error
         return config
+
+    def _client_error(self, error: Any) -> None:
+        """librdkafka's error callback (served by ``poll``): a broker's connection broke."""
+        self._broken = True
 
     def _mark_consumer(self) -> Any:
         if self._consumer is None:
@@ -176,7 +215,8 @@ class KafkaTransactionalTarget:
         # 3.
         self._drop_producer()
         producer = Producer(self._producer_config())
-        producer.init_transactions(REQUEST_TIMEOUT_S)
+        self._broken = False
+        bounded(lambda: producer.init_transactions(REQUEST_TIMEOUT_S), "init_transactions")
         self._producer = producer
         # 4.
         mark, stored = self._read_mark()
@@ -195,7 +235,11 @@ class KafkaTransactionalTarget:
 
     def publish(self, batches: Sequence[StagedBatch], mark: Mark) -> Outcome:
         """One Kafka transaction. Steps:
-        1. Begin it.
+        0. If a broker's connection broke since the last publish, resume
+           first (a new producer): librdkafka's transactional calls can hang
+           on a coordinator that restarted (``bounded``). A mark that moved
+           meanwhile: ``MARK_MOVED``.
+        1. Begin the transaction.
         2. Produce every staged row.
         3. Send the mark with the transaction (the group's offset).
         4. Commit: the commit point. An error here leaves the outcome unknown:
@@ -203,6 +247,12 @@ class KafkaTransactionalTarget:
         """
         from confluent_kafka import KafkaException
 
+        # 0.
+        self._producer.poll(0)
+        if self._broken:
+            planned = self._mark
+            if self.resume() != planned:
+                return Outcome.MARK_MOVED
         producer = self._producer
         try:
             # 1.
@@ -225,10 +275,10 @@ class KafkaTransactionalTarget:
             producer.flush(REQUEST_TIMEOUT_S)
             self._faults.hit("publish.kafka_produced")
             # 4.
-            producer.commit_transaction(REQUEST_TIMEOUT_S)
+            bounded(lambda: producer.commit_transaction(REQUEST_TIMEOUT_S), "commit_transaction")
         except KafkaException as error:
             if error.args[0].txn_requires_abort():
-                producer.abort_transaction(REQUEST_TIMEOUT_S)
+                bounded(lambda: producer.abort_transaction(REQUEST_TIMEOUT_S), "abort_transaction")
             raise
         self._faults.hit("publish.kafka_committed")
         self._mark = mark
@@ -245,7 +295,7 @@ class KafkaTransactionalTarget:
         """Its undelivered records purged: the next producer's init aborts the
         transaction they belong to (or finishes a commit already sent)."""
         if self._producer is not None:
-            self._producer.purge()
+            self._producer.purge(blocking=False)     # not waiting on a call that may hang
             self._producer = None
 
     def _produce(self, producer: Any, row: dict[str, Any]) -> None:
@@ -262,8 +312,9 @@ class KafkaTransactionalTarget:
         from confluent_kafka import TopicPartition
 
         offset = TopicPartition(self.topic, 0, mark.batch_id + 1, metadata=_mark_metadata(mark, self._fence))
-        producer.send_offsets_to_transaction([offset], self._mark_consumer().consumer_group_metadata(),
-                                             REQUEST_TIMEOUT_S)
+        group = self._mark_consumer().consumer_group_metadata()
+        bounded(lambda: producer.send_offsets_to_transaction([offset], group, REQUEST_TIMEOUT_S),
+                "send_offsets_to_transaction")
 
     def _commit(self, mark: Mark) -> None:
         """A transaction holding only ``mark`` (with this process's fence)."""
@@ -273,10 +324,10 @@ class KafkaTransactionalTarget:
         producer.begin_transaction()
         try:
             self._send_mark(producer, mark)
-            producer.commit_transaction(REQUEST_TIMEOUT_S)
+            bounded(lambda: producer.commit_transaction(REQUEST_TIMEOUT_S), "commit_transaction")
         except KafkaException as error:
             if error.args[0].txn_requires_abort():
-                producer.abort_transaction(REQUEST_TIMEOUT_S)
+                bounded(lambda: producer.abort_transaction(REQUEST_TIMEOUT_S), "abort_transaction")
             raise
 
     def _read_mark(self) -> tuple[Mark | None, VolumeFence]:

@@ -26,22 +26,15 @@ WORKER_SERVICES = ("worker-0", "worker-1", "standby")     # containers that run 
 KAFKA_PROFILE = ("docker/compose.kafka.yml",)             # ComposeStack(files=...): the kafka profile
 
 # Runs inside a container of the project's own image, on the stack's volumes
-# and network, and prints a summary (the input is millions of events): the
-# input (log) against what the files sink published and what the PostgreSQL
-# table holds (absent until a first publish creates it) — ids missing,
-# duplicated or never produced — the aggregates computed in one batch over
-# the whole input (``expected_vwap``, sent along) and PostgreSQL's vwap table.
-_READ_RESULTS = """
-import collections, json, pathlib, psycopg
-from worker.publishing.targets.files import read_published
+# and networks, and prints a summary (the input is millions of events): the
+# input against what each output holds -- ids missing, duplicated or never
+# produced -- the aggregates computed in one batch over the whole input
+# (``expected_vwap``, sent along) and PostgreSQL's vwap table (absent, like
+# its enriched table, until a first publish creates it). A head reads the
+# input and the outputs other than PostgreSQL; the tail is shared.
+_RESULTS_TAIL = """
+import collections, json, psycopg
 %(expected_vwap)s
-events = []
-for path in sorted(pathlib.Path('/log/trades').glob('p-*.jsonl')):
-    data = path.read_bytes()
-    data = data[: data.rfind(b'\\n') + 1]
-    events += [json.loads(line) for line in data.splitlines()]
-produced = {e['id'] for e in events}
-enriched = read_published(pathlib.Path('/out/trades_enriched'))
 pg = {'ids': [], 'vwap': []}
 with psycopg.connect(%(dsn)r, connect_timeout=5) as conn:
     for table, query in (('ids', 'SELECT id FROM trades_enriched'),
@@ -53,6 +46,7 @@ with psycopg.connect(%(dsn)r, connect_timeout=5) as conn:
                 pg[table] = [dict(zip(names, row)) for row in cursor]
         except psycopg.errors.UndefinedTable:
             pass
+produced = {e['id'] for e in events}
 
 def compared(published):
     counts = collections.Counter(published)
@@ -64,24 +58,31 @@ def compared(published):
 print(json.dumps({
     'events': len(events),
     'distinct_events': len(produced),
-    'files': compared(enriched.column('id').to_pylist() if enriched is not None else []),
+    **{name: compared(ids) for name, ids in outputs.items()},
     'pg': compared([row['id'] for row in pg['ids']]),
     'expected_vwap': expected_vwap(events),
     'pg_vwap': pg['vwap'],
 }))
 """
-
-
-# The kafka profile's results (``ComposeStack.kafka_results``): the input
-# topic against the output topic, as a read_committed consumer reads them
-# (``read_committed``, sent along), and against PostgreSQL's tables.
+# The default stack: the event log against the files sink.
+_READ_RESULTS = """
+import json, pathlib
+from worker.publishing.targets.files import read_published
+events = []
+for path in sorted(pathlib.Path('/log/trades').glob('p-*.jsonl')):
+    data = path.read_bytes()
+    data = data[: data.rfind(b'\\n') + 1]
+    events += [json.loads(line) for line in data.splitlines()]
+enriched = read_published(pathlib.Path('/out/trades_enriched'))
+outputs = {'files': enriched.column('id').to_pylist() if enriched is not None else []}
+""" + _RESULTS_TAIL
+# The kafka profile: the input topic against the output topic, as a
+# read_committed consumer reads them (``read_committed``, sent along).
 _READ_KAFKA_RESULTS = """
-import collections, json, psycopg
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 CONSUMER_CONFIG = %(consumer_config)r
 %(read_committed)s
-%(expected_vwap)s
 admin = AdminClient({'bootstrap.servers': 'kafka:9092'})
 
 def records(topic):
@@ -92,35 +93,8 @@ def records(topic):
     return [value for _, _, value in read_committed('kafka:9092', topic, partitions)]
 
 events = records('trades')
-produced = {e['id'] for e in events}
-pg = {'ids': [], 'vwap': []}
-with psycopg.connect(%(dsn)r, connect_timeout=5) as conn:
-    for table, query in (('ids', 'SELECT id FROM trades_enriched'),
-                         ('vwap', 'SELECT sym, notional, volume, trades FROM vwap')):
-        try:
-            with conn.transaction():
-                cursor = conn.execute(query)
-                names = [c.name for c in cursor.description]
-                pg[table] = [dict(zip(names, row)) for row in cursor]
-        except psycopg.errors.UndefinedTable:
-            pass
-
-def compared(published):
-    counts = collections.Counter(published)
-    missing = produced - counts.keys()
-    return {'missing': len(missing), 'missing_sample': sorted(missing)[:10],
-            'duplicated': sorted(i for i, n in counts.items() if n > 1)[:20],
-            'unknown': sorted(counts.keys() - produced)[:20]}
-
-print(json.dumps({
-    'events': len(events),
-    'distinct_events': len(produced),
-    'kafka': compared([record['id'] for record in records('trades_enriched')]),
-    'pg': compared([row['id'] for row in pg['ids']]),
-    'expected_vwap': expected_vwap(events),
-    'pg_vwap': pg['vwap'],
-}))
-"""
+outputs = {'kafka': [record['id'] for record in records('trades_enriched')]}
+""" + _RESULTS_TAIL
 
 
 def docker_time(stamp: str) -> float:

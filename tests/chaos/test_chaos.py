@@ -86,28 +86,34 @@ def exact_aggregates(rows: list[dict], expected: dict, where: str) -> bool:
     return True
 
 
-def drained_and_exact(stack: ComposeStack) -> None:
+OUTPUTS = {"files": "the files sink", "kafka": "the output topic", "pg": "PostgreSQL"}
+
+
+def drained_and_exact(stack: ComposeStack, *, producer: str = "producer", output: str = "files") -> None:
     """Stop the producer and wait until all it wrote is published; then every
-    event id is in the files output and in the PostgreSQL table exactly once,
-    and the upsert table equals a batch computation over the whole log."""
-    stack.compose("stop", "-t", "10", "producer")
+    event id is in ``output`` (the files sink; on the kafka profile, the
+    output topic read ``read_committed``) and in the PostgreSQL table exactly
+    once, and the upsert table equals a batch computation over the input."""
+    read = stack.kafka_results if output == "kafka" else stack.results
+    stack.compose("stop", "-t", "10", producer)
     last: dict = {}
 
     def caught_up() -> dict | None:
-        last.update(results := stack.results())
-        return results if results["files"]["missing"] == 0 and results["pg"]["missing"] == 0 else None
+        last.update(results := read())
+        return results if results[output]["missing"] == 0 and results["pg"]["missing"] == 0 else None
     try:
         results = wait_until(caught_up, timeout_s=600, what="every produced event in both sinks", interval_s=5)
     except AssertionError as timeout:
-        raise AssertionError(f"{timeout}; last seen: files {last.get('files')}, PostgreSQL {last.get('pg')}") from None
+        raise AssertionError(f"{timeout}; last seen: {output} {last.get(output)}, PostgreSQL {last.get('pg')}") \
+            from None
     assert results["events"] == results["distinct_events"] > 0, "the producer wrote an id twice"
-    for sink, where in (("files", "the files sink"), ("pg", "PostgreSQL")):
-        assert results[sink]["duplicated"] == [], f"event ids published twice to {where}"
-        assert results[sink]["unknown"] == [], f"ids never produced published to {where}"
+    for sink in (output, "pg"):
+        assert results[sink]["duplicated"] == [], f"event ids published twice to {OUTPUTS[sink]}"
+        assert results[sink]["unknown"] == [], f"ids never produced published to {OUTPUTS[sink]}"
     expected = results["expected_vwap"]
-    wait_until(lambda: (r := stack.results()) and exact_aggregates(r["pg_vwap"], expected, "PostgreSQL vwap"),
+    wait_until(lambda: (r := read()) and exact_aggregates(r["pg_vwap"], expected, "PostgreSQL vwap"),
                timeout_s=120, what="the aggregates to cover every event", interval_s=3)
-    print(f"{results['events']} events: each exactly once in files and PostgreSQL; aggregates exact")
+    print(f"{results['events']} events: each exactly once in {OUTPUTS[output]} and PostgreSQL; aggregates exact")
 
 
 def test_workers_crash_repeatedly_and_recover_while_the_other_keeps_going(stack):
@@ -157,12 +163,9 @@ def the_standby(stack: ComposeStack, services: tuple[str, ...] = WORKER_SERVICES
                       what="a worker container standing by")
 
 
-def test_the_shipped_stack_of_one_worker_and_a_standby_loses_nothing_when_its_worker_crashes(stack):
-    crashes = drawn(lone_worker_crashes)
-    compose = stack(**SETTINGS)
-    services = ("worker-0", "standby")
-    compose.up("controller", "producer", *services)
-    checkpointed_since_restore(compose, 0)
+def the_standby_takes_over(compose: ComposeStack, crashes: tuple, services: tuple[str, ...]) -> None:
+    """Crash the container running index 0 (the only worker) at each drawn
+    point; each time the standby takes the index over."""
     for round_, crash in enumerate(crashes):
         checkpoint = checkpointed_since_restore(compose, 0)
         standby = the_standby(compose, services)
@@ -175,6 +178,15 @@ def test_the_shipped_stack_of_one_worker_and_a_standby_loses_nothing_when_its_wo
         heir = compose.runner_of(0)
         print(f"round {round_}: {heir} runs index 0, restored checkpoint {back['recovery']['restored_checkpoint_id']}")
         assert heir == standby, f"index 0 went to {heir}, not to the standby {standby}"
+
+
+def test_the_shipped_stack_of_one_worker_and_a_standby_loses_nothing_when_its_worker_crashes(stack):
+    crashes = drawn(lone_worker_crashes)
+    compose = stack(**SETTINGS)
+    services = ("worker-0", "standby")
+    compose.up("controller", "producer", *services)
+    checkpointed_since_restore(compose, 0)
+    the_standby_takes_over(compose, crashes, services)
     drained_and_exact(compose)
 
 
@@ -314,29 +326,6 @@ def test_controller_and_postgres_crash_while_workers_go_on(stack):
 KAFKA_SETTINGS = {**SETTINGS, "SP_PRODUCER_RATE": "500"}
 
 
-def drained_and_exact_on_kafka(stack: ComposeStack) -> None:
-    """As ``drained_and_exact``, for the kafka profile: every id of the input
-    topic exactly once in the output topic (read_committed) and in PostgreSQL."""
-    stack.compose("stop", "-t", "10", "kafka-producer")
-    last: dict = {}
-
-    def caught_up() -> dict | None:
-        last.update(results := stack.kafka_results())
-        return results if results["kafka"]["missing"] == 0 and results["pg"]["missing"] == 0 else None
-    try:
-        results = wait_until(caught_up, timeout_s=600, what="every produced event in both sinks", interval_s=5)
-    except AssertionError as timeout:
-        raise AssertionError(f"{timeout}; last seen: Kafka {last.get('kafka')}, PostgreSQL {last.get('pg')}") from None
-    assert results["events"] == results["distinct_events"] > 0, "the producer wrote an id twice"
-    for sink, where in (("kafka", "the output topic"), ("pg", "PostgreSQL")):
-        assert results[sink]["duplicated"] == [], f"event ids published twice to {where}"
-        assert results[sink]["unknown"] == [], f"ids never produced published to {where}"
-    expected = results["expected_vwap"]
-    wait_until(lambda: (r := stack.kafka_results()) and exact_aggregates(r["pg_vwap"], expected, "PostgreSQL vwap"),
-               timeout_s=120, what="the aggregates to cover every event", interval_s=3)
-    print(f"{results['events']} events: each exactly once in the output topic and PostgreSQL; aggregates exact")
-
-
 def test_on_kafka_worker_crashes_a_broker_restart_and_a_controller_crash_lose_and_duplicate_nothing(
         stack, kafka_images):
     crashes = drawn(lone_worker_crashes)
@@ -345,17 +334,7 @@ def test_on_kafka_worker_crashes_a_broker_restart_and_a_controller_crash_lose_an
     compose.up("controller", "kafka-producer", *services)
     checkpointed_since_restore(compose, 0)
     # The worker crashes: the standby takes its index over (its producer fences the crashed one's).
-    for round_, crash in enumerate(crashes):
-        checkpoint = checkpointed_since_restore(compose, 0)
-        standby = the_standby(compose, services)
-        runner = compose.runner_of(0)
-        target = compose.worker(0)["batch_id"] + crash.batches
-        wait_until(lambda: compose.worker(0)["batch_id"] >= target, timeout_s=120, what=f"worker-0 batch {target}")
-        print(f"round {round_}: crashing {runner}; {standby} stands by")
-        compose.crash(runner)
-        back = resumed(compose, 0, checkpoint)
-        print(f"round {round_}: {compose.runner_of(0)} runs index 0, restored checkpoint "
-              f"{back['recovery']['restored_checkpoint_id']}")
+    the_standby_takes_over(compose, crashes, services)
 
     # The broker restarts (cleanly: it saves its data at SIGTERM): reads and publishes wait, then go on.
     published = published_batches(compose)
@@ -371,4 +350,4 @@ def test_on_kafka_worker_crashes_a_broker_restart_and_a_controller_crash_lose_an
     wait_until(lambda: (w := running(compose, 0)) and w["batch_id"] > before["batch_id"] + 2
                and w["last_checkpoint"]["checkpoint_id"] > before["last_checkpoint"]["checkpoint_id"]
                and w["heartbeat_age_s"] < 10, timeout_s=180, what="worker-0 progress after the crash")
-    drained_and_exact_on_kafka(compose)
+    drained_and_exact(compose, producer="kafka-producer", output="kafka")

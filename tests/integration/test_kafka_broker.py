@@ -122,6 +122,12 @@ def test_deleted_records_move_the_earliest_offset_and_a_reader_below_it_gets_an_
     raise AssertionError("no error for a position below the partition's start")
 
 
+def mark_group(bootstrap: str, group: str) -> Consumer:
+    """A consumer holding ``group``, whose offsets a transactional producer sends."""
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     "isolation.level": "read_committed"})
+
+
 def committed(consumer: Consumer, topic: str) -> tuple[int, str]:
     [offset] = consumer.committed([TopicPartition(topic, 0)], 10)
     return offset.offset, offset.metadata
@@ -130,8 +136,7 @@ def committed(consumer: Consumer, topic: str) -> tuple[int, str]:
 def test_offsets_sent_with_a_transaction_apply_when_it_commits_only_and_a_new_producer_fences_the_old(kafka):
     topic = "guard-sink"
     kafka.create_topic(topic, 1)
-    group = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "guard-sink-mark",
-                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+    group = mark_group(kafka.bootstrap, "guard-sink-mark")
     old = transactional(kafka.bootstrap, "guard-sink")
 
     def send(producer: Producer, value: bytes, offset: int) -> None:
@@ -170,8 +175,7 @@ def test_offsets_sent_with_a_transaction_apply_when_it_commits_only_and_a_new_pr
 def test_a_clean_restart_keeps_committed_offsets_and_never_shows_a_transaction_open_across_it(kafka):
     topic = "guard-restart"
     kafka.create_topic(topic, 1)
-    group = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "guard-restart-mark",
-                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+    group = mark_group(kafka.bootstrap, "guard-restart-mark")
     producer = transactional(kafka.bootstrap, "guard-restart")
     try:
         for value, offset in ((b"committed", 3), (b"open", 4)):

@@ -109,20 +109,27 @@ sp.run(
 '''
 
 
-def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exactly_once(make_stack, kafka, tmp_path):
-    seed = random.randrange(1 << 30)
-    print(f"kill seed: {seed}")
-    topic = "pipeline-killed"
+def pipeline_stack(make_stack, kafka, tmp_path: Path, topic: str, sent: list[dict], **env: str):
+    """One worker running ``PIPELINE`` on ``topic`` (4 partitions; its output
+    topic ``<topic>-out``, 2), started once ``sent`` is produced."""
     kafka.create_topic(topic, 4)
     kafka.create_topic(f"{topic}-out", 2)
     pipeline = tmp_path / "kafka_pipeline.py"
     pipeline.write_text(PIPELINE.replace("{topic}", topic))
-    stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap,
-                       SP_MAX_RECORDS_PER_BATCH="300", SP_TRIGGER_INTERVAL="200", SP_REPORT_INTERVAL="300")
-    sent = events(0, 3000)
+    stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap, SP_TRIGGER_INTERVAL="200",
+                       SP_REPORT_INTERVAL="300", **env)
     produce(kafka.bootstrap, topic, sent, 4)
     stack.start_controller()
     stack.start_worker(0)
+    return stack
+
+
+def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exactly_once(make_stack, kafka, tmp_path):
+    seed = random.randrange(1 << 30)
+    print(f"kill seed: {seed}")
+    topic = "pipeline-killed"
+    sent = events(0, 3000)
+    stack = pipeline_stack(make_stack, kafka, tmp_path, topic, sent, SP_MAX_RECORDS_PER_BATCH="300")
     output = stack.config.output_dir / "trades_enriched"
     published = random.Random(seed).randrange(300, 2400)
     wait_until(lambda: output.exists() and len(read_published(output)) >= published, timeout_s=240,
@@ -153,16 +160,8 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
 
 def test_a_broker_restarted_mid_run_delays_the_source_and_the_sink_and_loses_nothing(make_stack, kafka, tmp_path):
     topic = "pipeline-broker-restart"
-    kafka.create_topic(topic, 4)
-    kafka.create_topic(f"{topic}-out", 2)
-    pipeline = tmp_path / "kafka_pipeline.py"
-    pipeline.write_text(PIPELINE.replace("{topic}", topic))
-    stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap,
-                       SP_TRIGGER_INTERVAL="200", SP_REPORT_INTERVAL="300")
     sent = events(0, 1000)
-    produce(kafka.bootstrap, topic, sent, 4)
-    stack.start_controller()
-    stack.start_worker(0)
+    stack = pipeline_stack(make_stack, kafka, tmp_path, topic, sent)
     output = stack.config.output_dir / "trades_enriched"
     wait_until(lambda: output.exists() and len(read_published(output)) >= 1000, timeout_s=240,
                what="the first trades published")

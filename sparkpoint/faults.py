@@ -8,9 +8,12 @@ Kill points make the worker SIGKILL itself (and its Spark JVM), like a
 container kill: ``checkpoint.blobs_copied`` (files copied, manifest not yet
 written), ``checkpoint.manifest_written`` (durable, not yet committed to the
 controller), ``publish.files_placed`` (a files sink placed a publish's files,
-its mark not yet written) and ``publish.postgres_written`` (a transactional
+its mark not yet written), ``publish.postgres_written`` (a transactional
 PostgreSQL sink wrote a publish's rows and its mark, COMMIT not yet sent: the
-server rolls the transaction back when the connection dies).
+server rolls the transaction back when the connection dies) and a Kafka
+sink's ``publish.kafka_begun``, ``publish.kafka_producing`` (its first record
+on the broker), ``publish.kafka_produced`` (every record and the mark sent,
+not committed) and ``publish.kafka_committed`` (committed, not yet recorded).
 
 Failure points raise ``InjectedFaultError`` instead, failing the query that
 reached them while the worker lives on: ``staging.commit`` (a staged sink's

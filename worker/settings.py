@@ -215,8 +215,11 @@ class WorkerSettings(GrpcTlsSettings):
     test_fault: str = Field(
         "", description="tests only: `checkpoint.blobs_copied[:n]`, `checkpoint.manifest_written[:n]`, "
                         "`publish.files_placed[:n]` (a files sink placed a publish's files, its mark not yet "
-                        "written) or `publish.postgres_written[:n]` (a transactional PostgreSQL sink wrote its "
-                        "rows and mark, before COMMIT) makes the worker SIGKILL itself there, once; "
+                        "written), `publish.postgres_written[:n]` (a transactional PostgreSQL sink wrote its "
+                        "rows and mark, before COMMIT) or `publish.kafka_begun`, `publish.kafka_producing`, "
+                        "`publish.kafka_produced`, `publish.kafka_committed` (a Kafka sink's transaction begun, "
+                        "its first record sent, all sent with the mark, committed) makes the worker SIGKILL itself "
+                        "there, once; "
                         "`staging.commit[:n][:always]` fails the query staging a batch instead (once, or every "
                         "time from the n-th)")
 

@@ -148,13 +148,13 @@ def bounded(call: Callable[[], T], what: str, timeout_s: float = HUNG_AFTER_S) -
 
 class KafkaTransactionalTarget:
     def __init__(self, config: Mapping[str, str], config_files: Mapping[str, str], topic: str, *, sink: str,
-                 worker_id: str,
-                 key: str | None = None, create: bool = False, fence: VolumeFence = VolumeFence(),
+                 worker_id: str, key: str | None = None, create: bool = False, fence: VolumeFence = VolumeFence(),
                  faults: FaultInjector = NO_FAULTS) -> None:
         """``config``, ``config_files``: librdkafka properties (``bootstrap.servers``
-        among them), and those read from files (``WorkerSettings.kafka``); ``create``: create the topic (the
-        brokers' default partitions and replication) if it is missing;
-        ``fence``: this process's of the worker's checkpoint volume."""
+        among them) and those read from files (``WorkerSettings.kafka``);
+        ``create``: create the topic (the brokers' default partitions and
+        replication) if it is missing; ``fence``: this process's of the
+        worker's checkpoint volume."""
         self.topic = topic
         self.sink = sink
         self.worker_id = worker_id

@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 WORKERS = ("worker-0", "worker-1", "standby")      # every container that runs a worker index
+# The kafka profile's file, on top of docker-compose.yml (make up PROFILE=kafka).
+KAFKA = yaml.safe_load((REPO / "docker" / "compose.kafka.yml").read_text())
+KAFKA_SERVICES = ("kafka", "kafka-producer")        # the services it adds
 
 
 def test_no_password_or_token_is_written_in_the_file():
@@ -47,9 +50,9 @@ def test_no_password_or_token_is_written_in_the_file():
     assert "SP_API_AUTH" not in text and "SP_GRPC_AUTH" not in text
 
 
-@pytest.mark.parametrize("service", sorted(SERVICES))
+@pytest.mark.parametrize("service", sorted(SERVICES) + sorted(KAFKA_SERVICES))
 def test_every_service_is_hardened_and_limited(service):
-    spec = SERVICES[service]
+    spec = SERVICES.get(service) or KAFKA["services"][service]
     assert spec["cap_drop"] == ["ALL"] and "cap_add" not in spec
     assert spec["security_opt"] == ["no-new-privileges:true"]
     assert spec["read_only"] is True
@@ -70,6 +73,16 @@ def test_the_networks_are_separated():
     published = {name: spec.get("ports") for name, spec in SERVICES.items() if spec.get("ports")}
     assert published == {"controller": ["${SP_HTTP_BIND:-127.0.0.1}:${SP_HTTP_PUBLISH_PORT:-8080}:8080"],
                          "prometheus": ["${SP_HTTP_BIND:-127.0.0.1}:${SP_PROMETHEUS_PUBLISH_PORT:-9090}:9090"]}
+
+
+def test_the_kafka_profile_adds_an_internal_network_of_the_broker_its_producer_and_the_workers_only():
+    assert KAFKA["networks"]["kafka"]["internal"]
+    assert set(KAFKA["services"]) == {*KAFKA_SERVICES, *WORKERS, "producer"}
+    assert set(KAFKA["services"]["kafka"]["networks"]) == {"kafka"}
+    assert set(KAFKA["services"]["kafka-producer"]["networks"]) == {"kafka"}
+    assert all(set(KAFKA["services"][worker]["networks"]) == {"control", "data", "kafka"} for worker in WORKERS)
+    assert KAFKA["services"]["producer"] == {"scale": 0}       # the log's producer does not run
+    assert not any(spec.get("ports") for spec in KAFKA["services"].values())
 
 
 def test_postgres_takes_tls_only_and_the_workers_verify_it():

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
-from tests.support import bearer, caught_up, wait_until, worker_status
+from tests.support import all_published, bearer, caught_up, get_json, wait_until, worker_status
 from tests.unit.test_metrics import FAMILIES
 
 pytestmark = pytest.mark.integration
@@ -41,10 +41,12 @@ def test_the_exposition_after_a_short_run_and_a_recovery(make_stack):
     write_trades(log, 1500, seed=11)
     stack.start_controller()
     stack.start_worker(0)
+    # Its sinks publish once the controller says that checkpoint completed: a moment later.
     wait_until(lambda: caught_up(stack, log, QUERIES) and
                (w := worker_status(stack))["last_checkpoint"] and
-               w["last_checkpoint"]["batch_ids"] == {q: w["batch_id"] for q in QUERIES},
-               timeout_s=300, what="the worker to read the log and checkpoint its last batch")
+               w["last_checkpoint"]["batch_ids"] == {q: w["batch_id"] for q in QUERIES} and
+               all_published(get_json(stack.config.status_url, stack.config.api_token)),
+               timeout_s=300, what="the worker to read the log, checkpoint its last batch and publish it")
 
     families = scrape(stack)
     assert {name: family["type"] for name, family in families.items()} == FAMILIES

@@ -304,6 +304,9 @@ def test_a_kafka_sink_needs_brokers_and_checkpoints_and_a_transaction_timeout_be
     assert "transaction.timeout.ms is 60000, too short for sink enriched_kafka" in str(error)
     assert "at least 70000" in str(error)
     check_sinks(pipeline, WorkerSettings.from_env({**short, "SP_KAFKA_CONFIG": '{"transaction.timeout.ms": 70000}'}))
+    error = settings_error(lambda: check_sinks(pipeline, WorkerSettings.from_env(
+        {**kafka, "SP_KAFKA_CONFIG": '{"transaction.timeout.ms": "a minute"}'})), "SP_KAFKA_CONFIG")
+    assert "transaction.timeout.ms is a whole number of milliseconds, got 'a minute'" in str(error)
 
 
 def test_kafka_properties_pass_through_and_secrets_come_from_files(tmp_path):

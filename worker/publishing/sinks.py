@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from sparkpoint.errors import shown
 from sparkpoint.faults import FaultInjector
 from sparkpoint.messages import SinkContract, VolumeFence
 from sparkpoint.settings import SettingsError
@@ -67,7 +68,11 @@ def _check_kafka_sink(sink: Node, settings: WorkerSettings) -> None:
     if settings.checkpoint_freq_ms == 0:
         raise SettingsError("SP_CHECKPOINT_FREQ", f"is 0, but sink {sink.name} publishes to Kafka topic {topic} "
                                                   "in transactions on checkpoint completion: enable checkpoints")
-    timeout = transaction_timeout_ms(settings.kafka[0])
+    try:
+        timeout = transaction_timeout_ms(settings.kafka[0])
+    except ValueError:
+        raise SettingsError("SP_KAFKA_CONFIG", "transaction.timeout.ms is a whole number of milliseconds, got "
+                                               f"{shown(settings.kafka[0]['transaction.timeout.ms'])}") from None
     needed = required_transaction_timeout_ms(settings.checkpoint_freq_ms, settings.heartbeat_timeout_ms)
     if timeout < needed:
         raise SettingsError("SP_KAFKA_CONFIG", f"transaction.timeout.ms is {timeout}, too short for sink {sink.name}: "

@@ -212,3 +212,17 @@ def test_available_now_reads_to_the_ends_as_of_the_start_and_no_further(kafka):
         seen += read_all(source, start, end)
         start = end
     assert sorted(seen) == list(range(10))
+
+
+def test_an_idle_trigger_plans_no_batch_and_no_consumer_stays_assigned_between_batches(kafka):
+    topic = "src-idle"
+    kafka.create_topic(topic, 2)
+    produce(kafka, topic, range(10), 2)
+    source = reader(kafka, topic)
+    start = source.initialOffset()
+    end = source.latestOffset(start, ReadAllAvailable())
+    assert sorted(read_all(source, start, end)) == list(range(10))
+    # Nothing new: the end is the start, so Spark plans no batch and no task reads (fetches) anything.
+    assert source.latestOffset(end, ReadAllAvailable()) == end
+    # The process's consumer is unassigned after its range: it fetches nothing while the query idles.
+    assert fetch._consumers and all(consumer.assignment() == [] for consumer in fetch._consumers.values())

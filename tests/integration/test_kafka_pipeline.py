@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.errors import StreamingQueryException
 
 from sparkpoint.eventlog import partition_for_key
@@ -33,6 +33,14 @@ def produce(bootstrap: str, topic: str, events: list[dict], partitions: int) -> 
         producer.produce(topic, json.dumps(event).encode(), key=event["sym"].encode(),
                          partition=partition_for_key(event["sym"], partitions))
     assert producer.flush(30) == 0, "the broker did not acknowledge every record"
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return [tp.offset for tp in consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)]
+    finally:
+        consumer.close()
 
 
 def events(first: int, count: int) -> list[dict]:
@@ -151,6 +159,11 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
     assert set(ids) == {event["id"] for event in sent + more}
     records = read_committed(kafka.bootstrap, f"{topic}-out", 2)
     assert sorted(value["id"] for _, _, value in records) == sorted(ids), "the Kafka sink's topic differs from the files"
+    # For Kafka's lag tools: each query's group holds the checkpointed offsets, here the partitions' ends.
+    ends = [sum(partition_for_key(e["sym"], 4) == p for e in sent + more) for p in range(4)]
+    for query in ("enrich", "vwap_out"):
+        wait_until(lambda: group_offsets(kafka.bootstrap, f"sparkpoint.{query}", topic, 4) == ends, timeout_s=30,
+                   what=f"the group sparkpoint.{query} at the partitions' ends {ends}")
     assert all(key == value["sym"].encode() and value["notional"] == value["price"] * value["size"]
                for _, key, value in records)
     vwap = read_published(vwap_out, latest_batch_only=True).to_pylist()

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkpoint.backoff import Backoff
@@ -43,6 +44,7 @@ from sparkpoint.faults import FaultInjector
 from sparkpoint.messages import VolumeFence
 from sparkpoint.settings import exit_with_error
 from worker.api.graph import Pipeline
+from worker.checkpointing.manifest import Manifest
 from worker.checkpointing.policy import CheckpointScheduler, CompletionNotifier
 from worker.checkpointing.runner import CheckpointCommitter, CheckpointRunner, monotonic_ms
 from worker.checkpointing.store import CheckpointStore
@@ -67,6 +69,7 @@ from worker.runtime.progress import summarize_error
 from worker.runtime.queries import checkpoint_phase_ms, kafka_topics, source_logs
 from worker.settings import WorkerSettings
 from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
+from worker.sources.kafka.groups import GroupOffsets
 from worker.stateplan.layout import PipelineLayout
 
 if TYPE_CHECKING:
@@ -136,15 +139,28 @@ def wait_for_sources(pipeline: Pipeline, settings: WorkerSettings, stop: threadi
     return False
 
 
+def kafka_groups(pipeline: Pipeline, settings: WorkerSettings, query_root: Path) -> GroupOffsets | None:
+    """The consumer-group offsets of the queries that read Kafka (None: none does)."""
+    queries = {q.name: query_root / q.name for q in pipeline.queries() if q.stem[0].kind == "source.kafka"}
+    return GroupOffsets(*settings.kafka, queries) if queries else None
+
+
 def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, commands: CommandExecutor,
-                      last_checkpoint_id: int, query_root) -> CheckpointWriter:
+                      last_checkpoint_id: int, query_root, groups: GroupOffsets | None) -> CheckpointWriter:
     """Step 7's checkpoint threads: each durable checkpoint goes to the
-    publisher (its cuts), then to the controller; each completion back to the
-    publisher (the restored checkpoint counts as complete). Returns the
-    writer (finished nodes are set on it)."""
+    publisher (its cuts) and ``groups``, then to the controller; each
+    completion back to them (the restored checkpoint counts as complete).
+    Returns the writer (finished nodes are set on it)."""
     settings, layout = session.settings, session.layout
     notifier = CompletionNotifier(live.restored.checkpoint_id if live.restored else 0)
     notifier.subscribe(publisher.completed)
+    on_durable = publisher.durable
+    if groups is not None:
+        notifier.subscribe(groups.completed)
+
+        def on_durable(manifest: Manifest) -> None:
+            publisher.durable(manifest)
+            groups.durable(manifest.checkpoint_id, {query.name: query.batch_id for query in manifest.queries})
     writer = CheckpointWriter(session.store, query_root, settings.worker_id, layout.node_names, layout.fingerprint,
                               faults=FaultInjector(settings.test_fault, settings.checkpoint_dir),
                               layouts=layout.queries)
@@ -154,7 +170,7 @@ def start_checkpoints(session: Session, live: LiveRun, publisher: Publisher, com
                                     wall_ms=time.time() * 1000, phase_ms=checkpoint_phase_ms(settings))
     live.runner = CheckpointRunner(
         writer, session.store, scheduler, CheckpointCommitter(session.client.commit_checkpoint, notifier),
-        retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=publisher.durable,
+        retain=settings.checkpoint_retain, clock_ms=monotonic_ms, on_durable=on_durable,
         newest_complete=lambda: notifier.last_completed)
     commands.attach(live.runner)
     live.runner.start()
@@ -251,6 +267,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
                         on_registered=commands.on_registered)
     reporter.start()
     listener = None
+    groups: GroupOffsets | None = None
     try:
         # 4.
         if not publisher.resume_all(stop):
@@ -282,8 +299,9 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         # 7.
         writer = None
         if settings.checkpoint_freq_ms > 0:
+            groups = kafka_groups(pipeline, settings, query_root)
             writer = start_checkpoints(session, live, publisher, commands, registered.last_checkpoint_id,
-                                       query_root)
+                                       query_root, groups)
 
         def finished() -> None:
             if live.runner is not None:
@@ -302,3 +320,5 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
             listener.unregister(spark)
         publisher.stop()
         reporter.stop()
+        if groups is not None:
+            groups.close()

@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.measure import percentile  # noqa: E402
 from bench.report import publish_json, publish_table, python_loop_s, unused_name  # noqa: E402
-from bench.throughput import parse_settings  # noqa: E402
+from bench.throughput import parse_rounds, parse_settings  # noqa: E402
 from sparkpoint.devstack import LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.producer import trades  # noqa: E402
 from tests.kafkaserver import KafkaServer  # noqa: E402
@@ -429,14 +429,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=2000, help="events/s into the input topic")
     parser.add_argument("--warmup", type=float, default=30, help="seconds after the first output, not measured")
     parser.add_argument("--seconds", type=float, default=60, help="seconds of produced events measured")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
-    parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
-                        help="a worker setting for the Sparkpoint variant (repeatable)")
-    args = parser.parse_args()
-    variants = [v for v in args.variants.split(",") if v]
-    if set(variants) - set(VARIANTS):
-        raise SystemExit(f"unknown variants: {', '.join(sorted(set(variants) - set(VARIANTS)))}")
+    args, variants = parse_rounds(parser, VARIANTS, throughput=False)
     overrides = parse_settings(args.set)
     before = python_loop_s()
     runs: dict[str, list[dict]] = {v: [] for v in variants}

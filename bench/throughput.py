@@ -204,17 +204,20 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
     return settings
 
 
-def parse_rounds(parser: argparse.ArgumentParser, known: tuple[str, ...]) -> tuple[argparse.Namespace, list[str]]:
+def parse_rounds(parser: argparse.ArgumentParser, known: tuple[str, ...], *,
+                 throughput: bool = True) -> tuple[argparse.Namespace, list[str]]:
     """The options of a benchmark run in interleaved rounds of ``known``
-    variants, added to ``parser`` (which has ``--events``), parsed; and the
-    variants chosen."""
+    variants, added to ``parser``, parsed; and the variants chosen.
+    ``throughput``: also a throughput run's (``--limit``, ``--poll``, ``--cache``)."""
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default=",".join(known), help="comma-separated, of " + ", ".join(known))
     parser.add_argument("--set", action="append", default=[], metavar="SP_X=V",
                         help="a worker setting for the Sparkpoint variants (repeatable)")
-    parser.add_argument("--limit", type=float, default=300, help="seconds of processing before a run is cut")
-    parser.add_argument("--poll", type=float, default=0.1, help="seconds between /status polls")
-    parser.add_argument("--cache", type=Path, default=REPO / "var" / "bench-cache", help="where the input is kept")
+    if throughput:
+        parser.add_argument("--limit", type=float, default=300, help="seconds of processing before a run is cut")
+        parser.add_argument("--poll", type=float, default=0.1, help="seconds between /status polls")
+        parser.add_argument("--cache", type=Path, default=REPO / "var" / "bench-cache",
+                            help="where the input is kept")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(known)

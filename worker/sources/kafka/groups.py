@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worker.sources.kafka.broker import PRODUCER_ONLY, client_config
+from worker.sources.kafka.broker import client_config
 from worker.sources.kafka.offsets import Offsets, from_json
 
 log = logging.getLogger("sparkpoint.worker.kafka")
@@ -47,7 +47,7 @@ def batch_offsets(query_dir: Path, batch_id: int) -> Offsets | None:
 class GroupOffsets:
     def __init__(self, config: Mapping[str, str], config_files: Mapping[str, str], queries: Mapping[str, Path]) -> None:
         """``queries``: each query that reads Kafka, and its Spark checkpoint directory."""
-        self._config = {k: v for k, v in client_config(config, config_files).items() if k not in PRODUCER_ONLY}
+        self._config = client_config(config, config_files)
         self._queries = dict(queries)
         self._lock = threading.Lock()
         self._cuts: dict[int, dict[str, int]] = {}      # durable checkpoint -> its queries' batches

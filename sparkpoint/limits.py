@@ -18,8 +18,9 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 NAME_RULE = "letters, digits, '_', '.', '-', starting with a letter or digit, at most 64 characters"
 # Opaque tokens: session ids, pipeline fingerprints, savepoint ids in answers.
 TOKEN_MAX = 128
-# A source partition, as offsets name it.
-PARTITION = re.compile(r"[0-9]{1,9}")
+# A source partition, as offsets name it: a log's partition, or a Kafka
+# topic's (``<topic>:<partition>``, sparkpoint.offsets; Kafka's topic names).
+PARTITION = re.compile(r"[0-9]{1,9}|[A-Za-z0-9._-]{1,249}:[0-9]{1,9}")
 # Paths relative to the savepoint root (export answers); Linux's PATH_MAX.
 PATH_MAX = 4096
 # Free text, clipped to this many characters.

@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from sparkpoint.offsets import kafka_partition
+
 
 class WorkerState(str, enum.Enum):
     STARTING = "starting"
@@ -201,8 +203,16 @@ class QueryProgress:
 
     @property
     def lag_bytes(self) -> int:
-        """Bytes of input behind the source's end, as of the last batch."""
-        return sum(max(0, end - self.offsets.get(partition, 0)) for partition, end in self.latest_offsets.items())
+        """Bytes of the log behind its end, as of the last batch."""
+        return sum(max(0, end - self.offsets.get(partition, 0)) for partition, end in self.latest_offsets.items()
+                   if kafka_partition(partition) is None)
+
+    @property
+    def kafka_lag(self) -> dict[str, int]:
+        """Consumer lag: each Kafka partition's records past the last batch,
+        as of its planning (``<topic>:<partition>`` -> records)."""
+        return {key: max(0, end - self.offsets.get(key, 0)) for key, end in sorted(self.latest_offsets.items())
+                if kafka_partition(key) is not None}
 
 
 @dataclass(frozen=True)

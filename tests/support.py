@@ -87,6 +87,24 @@ def bearer(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def scrape(stack) -> dict[str, dict]:
+    """The stack's controller's ``/metrics``: each family's type and samples
+    ((sample name, sorted labels) -> value), parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://localhost:{stack.config.http_port}/metrics"
+    request = urllib.request.Request(url, headers=bearer(stack.config.api_token))
+    with urllib.request.urlopen(request, timeout=5) as response:
+        text = response.read().decode()
+    return {f.name: {"type": f.type, "samples": {(s.name, tuple(sorted(s.labels.items()))): s.value
+                                                 for s in f.samples}} for f in text_string_to_metric_families(text)}
+
+
+def metric_samples(stack, family: str) -> list[tuple[dict[str, str], float]]:
+    """One family's samples from the stack's ``/metrics``: (labels, value)."""
+    return [(dict(labels), value) for (_, labels), value in scrape(stack)[family]["samples"].items()]
+
+
 def get_json(url: str, token: str | None = None, timeout_s: float = 5) -> dict:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=bearer(token)), timeout=timeout_s) as response:

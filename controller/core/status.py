@@ -71,6 +71,7 @@ class WorkerStatus:
     rows_processed: int
     rows_per_second: float
     lag_bytes: int              # input behind the source's end: its slowest query's
+    kafka_lag: dict[str, int]   # consumer lag per Kafka partition (<topic>:<partition> -> records): its slowest query's
     last_heartbeat: float
     heartbeat_age_s: float
     pipeline_fingerprint: str
@@ -152,6 +153,15 @@ def worker_lag_bytes(queries: tuple[QueryProgress, ...]) -> int:
     return max((q.lag_bytes for q in queries), default=0)
 
 
+def worker_kafka_lag(queries: tuple[QueryProgress, ...]) -> dict[str, int]:
+    """Each Kafka partition's consumer lag: its slowest query's."""
+    lag: dict[str, int] = {}
+    for query in queries:
+        for key, records in query.kafka_lag.items():
+            lag[key] = max(records, lag.get(key, 0))
+    return dict(sorted(lag.items()))
+
+
 def sink_view(sink: SinkProgress, now: float, query_batch: int = -1) -> SinkView:
     waiting = sink.state is SinkState.WAITING
     return SinkView(
@@ -188,6 +198,7 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         rows_processed=min((q.rows_processed for q in queries), default=0),
         rows_per_second=worker_rows_per_second(record.queries),
         lag_bytes=worker_lag_bytes(record.queries),
+        kafka_lag=worker_kafka_lag(record.queries),
         last_heartbeat=record.last_heartbeat,
         heartbeat_age_s=round(max(0.0, now - record.last_heartbeat), 3),
         pipeline_fingerprint=record.pipeline_fingerprint,

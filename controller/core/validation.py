@@ -85,7 +85,7 @@ def _offsets(offsets: Mapping[str, int], field: str) -> None:
     _count(offsets, field, limits.MAX_PARTITIONS)
     for partition, offset in offsets.items():
         if not limits.PARTITION.fullmatch(partition):
-            raise InvalidRequest(f"{field}: {shown(partition)} is not a partition number")
+            raise InvalidRequest(f"{field}: {shown(partition)} is not a partition (a number, or <topic>:<number>)")
         _integer(offset, f"{field}[{partition}]")
 
 

@@ -28,6 +28,7 @@ from controller.core.status import SinkView, WorkerStatus
 from controller.progress.observations import HistogramView
 from controller.savepoints.model import SavepointState
 from sparkpoint.messages import QueryProgress, SinkState, StandbyState, VolumeUse, WorkerState
+from sparkpoint.offsets import kafka_partition
 
 Samples = Iterable[tuple[list[str], float]]
 
@@ -156,8 +157,16 @@ SINK_FAMILIES: list[tuple[Family, Callable[[SinkView], float]]] = [
     (Family("sparkpoint_sink_publish_retries_total", "Failed publish attempts, each retried with backoff, in the "
             "worker's run.", S, counter=True), lambda s: s.retries),
 ]
+KAFKA_LAG = Family("sparkpoint_query_kafka_lag_records", "Consumer lag: records of the Kafka partition past the "
+                   "query's last batch, as of its planning.", ("worker", "query", "topic", "partition"))
+
 SINK_INFO = Family("sparkpoint_sink_info", "Each sink's target and delivery contract (always 1).",
                    ("worker", "sink", "target", "contract"))
+
+
+def _topic_partition(key: str) -> list[str]:
+    topic, partition = kafka_partition(key) or ("", 0)
+    return [topic, str(partition)]
 
 
 def _histogram(name: str, documentation: str, by_worker: dict[str, HistogramView]) -> Metric:
@@ -192,6 +201,8 @@ def families(readings: Readings) -> Iterator[Metric]:
                      "log.", {worker: d.recoveries for worker, d in readings.durations.items()})
     for family, value in QUERY_FAMILIES:
         yield family.build(([w.worker_id, q.name], value(q)) for w in workers for q in w.queries)
+    yield KAFKA_LAG.build(([w.worker_id, q.name, *_topic_partition(key)], records) for w in workers
+                          for q in w.queries for key, records in q.kafka_lag.items())
     yield SINK_INFO.build(([w.worker_id, s.name, s.target, s.contract.value], 1.0) for w in workers for s in w.sinks)
     for family, value in SINK_FAMILIES:
         yield family.build(([w.worker_id, s.name], value(s)) for w in workers for s in w.sinks)

@@ -18,7 +18,7 @@ from pyspark.errors import StreamingQueryException
 from sparkpoint.eventlog import partition_for_key
 from sparkpoint.producer import trades
 from tests.kafkaserver import read_committed
-from tests.support import all_published, expected_vwap, get_json, wait_until, worker_status
+from tests.support import all_published, expected_vwap, get_json, metric_samples, wait_until, worker_status
 from worker.publishing.targets.files import read_published
 from worker.sources.kafka import read_kafka
 
@@ -142,8 +142,17 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
     published = random.Random(seed).randrange(300, 2400)
     wait_until(lambda: output.exists() and len(read_published(output)) >= published, timeout_s=240,
                what=f"{published} trades published before the kill")
-    print(f"killing worker-0 at batch {worker_status(stack)['batch_id']}")
+    running = worker_status(stack)
+    print(f"killing worker-0 at batch {running['batch_id']}")
     stack.kill("worker-0")
+    # /status: each partition's consumer lag is its end (everything was produced before the start) past
+    # the slowest query's offset, among the queries that planned a batch.
+    first_ends = [sum(partition_for_key(e["sym"], 4) == p for e in sent) for p in range(4)]
+    for p, end in enumerate(first_ends):
+        key = f"{topic}:{p}"
+        planned = [q for q in running["queries"] if key in q["latest_offsets"]]
+        assert planned and all(q["latest_offsets"][key] == end for q in planned)
+        assert running["kafka_lag"][key] == end - min(q["offsets"][key] for q in planned)
 
     more = events(3000, 1000)
     produce(kafka.bootstrap, topic, more, 4)
@@ -166,6 +175,14 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoints_kafka_offsets_exac
                    what=f"the group sparkpoint.{query} at the partitions' ends {ends}")
     assert all(key == value["sym"].encode() and value["notional"] == value["price"] * value["size"]
                for _, key, value in records)
+    # Read to the ends: each query's offsets there, no consumer lag left in /status or /metrics.
+    keys = {f"{topic}:{p}": end for p, end in enumerate(ends)}
+    wait_until(lambda: all(q["offsets"] == keys for q in worker_status(stack)["queries"]), timeout_s=30,
+               what="both queries' offsets reported at the partitions' ends")
+    assert worker_status(stack)["kafka_lag"] == dict.fromkeys(keys, 0)
+    lag = {(labels["query"], labels["topic"], labels["partition"]): value
+           for labels, value in metric_samples(stack, "sparkpoint_query_kafka_lag_records")}
+    assert lag == {(query, topic, str(p)): 0 for query in ("enrich", "vwap_out") for p in range(4)}
     vwap = read_published(vwap_out, latest_batch_only=True).to_pylist()
     assert {row["sym"]: (row["trades"], row["volume"]) for row in vwap} == \
         {sym: (want["trades"], want["volume"]) for sym, want in expected_vwap(sent + more).items()}

@@ -6,28 +6,16 @@ the log is read, the worker's recovery counted and timed."""
 
 from __future__ import annotations
 
-import urllib.request
-
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import write_trades
-from tests.support import all_published, bearer, caught_up, get_json, wait_until, worker_status
+from tests.support import all_published, caught_up, get_json, scrape, wait_until, worker_status
 from tests.unit.test_metrics import FAMILIES
 
 pytestmark = pytest.mark.integration
 
 QUERIES = {"enriched_out", "vwap_out"}
-
-
-def scrape(stack) -> dict[str, dict]:
-    url = f"http://localhost:{stack.config.http_port}/metrics"
-    request = urllib.request.Request(url, headers=bearer(stack.config.api_token))
-    with urllib.request.urlopen(request, timeout=5) as response:
-        text = response.read().decode()
-    return {f.name: {"type": f.type, "samples": {(s.name, tuple(sorted(s.labels.items()))): s.value
-                                                 for s in f.samples}} for f in text_string_to_metric_families(text)}
 
 
 def sample(families: dict, family: str, name: str | None = None, **labels: str) -> float:

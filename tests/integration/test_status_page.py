@@ -74,10 +74,13 @@ class FeedingWorker:
     def _report(self, seq: int) -> None:
         batch = 40 + seq
         offsets = {str(p): 2000 * batch for p in range(self.index, 4, 2)}
+        latest = {p: o + 3000 * (1 + self.index) for p, o in offsets.items()}
+        if self.index == 1:     # it reads a Kafka topic's partitions 1 and 3 too
+            offsets |= {"trades:1": 100 * batch, "trades:3": 100 * batch}
+            latest |= {"trades:1": 100 * batch + 250, "trades:3": 100 * batch + 1400}
         rate = 180 + 60 * ((seq // 4 + self.index) % 3)
         queries = tuple(QueryProgress(name, batch, offsets, rows_processed=150 * seq, rows_per_second=rate,
-                                      latest_offsets={p: o + 3000 * (1 + self.index) for p, o in offsets.items()},
-                                      active=name != "history_out") for name in QUERIES)
+                                      latest_offsets=latest, active=name != "history_out") for name in QUERIES)
         waiting = bool(self.sink_error)
         sinks = (SinkProgress("enriched_out", "PostgreSQL table trades_enriched (transactional)",
                               SinkContract.TRANSACTIONAL, SinkState.WAITING if waiting else SinkState.OK,
@@ -172,6 +175,11 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
         standby.stand_by(StandbyState.READY, time.time())
         standby.close()
         wait.until(lambda b: text(b, "#fact-standbys") == "1 · 1 ready")
+        # Input lag: bytes of the log; records of Kafka, each partition's consumer lag beneath.
+        assert text(browser, "#workers tr[data-worker=worker-0] td.lag") == "5.9 KiB"
+        assert text(browser, "#workers tr[data-worker=worker-1] td.lag").split("\n") == \
+            ["11.7 KiB · 1,650 records", "trades:1 250", "trades:3 1,400"]
+        assert text(browser, "#fact-lag") == "17.6 KiB · 1,650 records"
         nodes = {n.get_attribute("data-node"): n.get_attribute("class")
                  for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")}
         assert list(nodes) == [n.name for n in NODES]

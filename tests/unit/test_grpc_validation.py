@@ -272,6 +272,10 @@ def report(**fields) -> ProgressReport:
     (report(restored_checkpoint_id=limits.CHECKPOINT_ID_MAX + 1), "restored_checkpoint_id"),
     # The operator's fields (issue 14): latest offsets, retries, recovery times, finished nodes, durable checkpoints.
     (report(queries=(QueryProgress("q", latest_offsets={"x": 1}),)), "queries[0].latest_offsets"),
+    # A Kafka partition: <topic>:<partition>, a topic name Kafka allows.
+    (report(queries=(QueryProgress("q", offsets={"trades:x": 1}),)), "queries[0].offsets"),
+    (report(queries=(QueryProgress("q", offsets={"tra des:0": 1}),)), "queries[0].offsets"),
+    (report(queries=(QueryProgress("q", offsets={"t" * 250 + ":0": 1}),)), "queries[0].offsets"),
     (report(queries=(QueryProgress("q", latest_offsets={"0": -1}),)), "queries[0].latest_offsets[0]"),
     (report(queries=(QueryProgress("q", latest_offsets={str(p): 1 for p in range(limits.MAX_PARTITIONS + 1)}),)),
      "queries[0].latest_offsets"),
@@ -293,6 +297,11 @@ def test_each_report_field_is_checked(bad, field):
     with pytest.raises(InvalidRequest) as caught:
         validation.report(bad)
     assert str(caught.value).startswith(f"{field}:")
+
+
+def test_kafka_partitions_are_accepted_beside_the_logs():
+    query = QueryProgress("q", offsets={"0": 5, "trades.v2_x-y:11": 7}, latest_offsets={"t" * 249 + ":0": 9})
+    assert validation.report(report(queries=(query,))).queries == (query,)
 
 
 def test_a_registration_checks_its_checkpoints_and_node_names():

@@ -69,6 +69,7 @@ FAMILIES = {
     "sparkpoint_query_rows_per_second": "gauge",
     "sparkpoint_query_input_lag_bytes": "gauge",
     "sparkpoint_query_active": "gauge",
+    "sparkpoint_query_kafka_lag_records": "gauge",
     "sparkpoint_sink_info": "gauge",
     "sparkpoint_sink_published_batch_id": "gauge",
     "sparkpoint_sink_published_checkpoint_id": "gauge",
@@ -106,8 +107,10 @@ def run_a_while(service, clock) -> None:
                                        (CheckpointInfo(3, duration_ms=900.0),), NODES))
     service.register(Registration("w1", 1, 2, "fp-1", tuple(n.name for n in NODES), (), NODES))
     service.stand_by(StandbyReport("w0", "c0ffee", 7, StandbyState.READY))
-    query = QueryProgress("vwap_out", batch_id=41, offsets={"0": 1000, "2": 400}, rows_processed=250,
-                          rows_per_second=48.5, latest_offsets={"0": 1600, "2": 500})
+    # Reading a log's partitions 0 and 2 and a Kafka topic's (whose partition 4 is new).
+    query = QueryProgress("vwap_out", batch_id=41, offsets={"0": 1000, "2": 400, "trades:0": 70, "trades:2": 10},
+                          rows_processed=250, rows_per_second=48.5,
+                          latest_offsets={"0": 1600, "2": 500, "trades:0": 100, "trades:2": 10, "trades:4": 5})
     sink = SinkProgress("vwap_out", "files vwap (transactional)", SinkContract.TRANSACTIONAL, SinkState.WAITING,
                         "OSError: disk full", waiting_since=clock.now - 30, next_retry_at=clock.now + 2,
                         published_checkpoint_id=4, published_batch_id=38, pending_batches=3, retries=7)
@@ -196,6 +199,8 @@ def test_values_are_the_controllers_state_at_scrape_time(service, clock, rest):
     assert value(m, "sparkpoint_query_rows_per_second", **labels) == 48.5
     assert value(m, "sparkpoint_query_input_lag_bytes", **labels) == 700
     assert value(m, "sparkpoint_query_active", **labels) == 1
+    assert [value(m, "sparkpoint_query_kafka_lag_records", topic="trades", partition=p, **labels)
+            for p in ("0", "2", "4")] == [30, 0, 5]
     # per sink
     labels = {"worker": "w0", "sink": "vwap_out"}
     assert value(m, "sparkpoint_sink_info", target="files vwap (transactional)", contract="transactional",

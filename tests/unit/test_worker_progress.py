@@ -80,6 +80,17 @@ def test_the_sources_end_is_kept_beside_the_offsets():
     assert tracker.snapshot()[0].latest_offsets == {"0": 180, "1": 40}
 
 
+def test_kafka_offsets_are_flat_by_topic_and_partition_and_their_lag_is_in_records():
+    tracker = ProgressTracker()
+    event = progress(0, 10, end_offset={"trades": {"0": 70, "1": 5}, "quotes": {"0": 3}})
+    event["sources"][0]["latestOffset"] = '{"trades": {"0": 100, "1": 5, "2": 4}, "quotes": {"0": 3}}'
+    tracker.on_progress(event)
+    [status] = tracker.snapshot()
+    assert status.offsets == {"trades:0": 70, "trades:1": 5, "quotes:0": 3}
+    assert status.kafka_lag == {"quotes:0": 0, "trades:0": 30, "trades:1": 0, "trades:2": 4}
+    assert status.lag_bytes == 0
+
+
 def test_a_restored_query_stands_at_its_batch_until_the_next_one():
     tracker = ProgressTracker()
     tracker.restored("out", 4, {"0": 400})

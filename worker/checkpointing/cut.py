@@ -14,6 +14,8 @@ import os
 import re
 from pathlib import Path
 
+from sparkpoint.offsets import flatten
+
 _LOG_ENTRY = re.compile(r"^(offsets|commits)/(\d+)$")
 # HDFS-backed store: 12.delta, 12.snapshot; RocksDB: 12.zip, 12.changelog, 12_<uuid>.zip
 _STATE_VERSION = re.compile(r"^state/.+/(\d+)(?:_[^/]*)?\.(delta|snapshot|zip|changelog)$")
@@ -69,7 +71,7 @@ def select_cut(paths: list[str], batch_id: int) -> list[str]:
 
 def parse_offsets(text: str) -> dict[str, int]:
     """Source offsets from an ``offsets/N`` file: a version line, the batch's
-    metadata, then one JSON line per source (ours map partition -> byte)."""
+    metadata, then one JSON line per source, flat (``sparkpoint.offsets``)."""
     offsets: dict[str, int] = {}
     for line in text.splitlines()[2:]:
         line = line.strip()
@@ -79,6 +81,5 @@ def parse_offsets(text: str) -> dict[str, int]:
             value = json.loads(line)
         except ValueError:
             continue
-        if isinstance(value, dict):
-            offsets.update({str(k): int(v) for k, v in value.items() if isinstance(v, int)})
+        offsets.update(flatten(value))
     return offsets

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sparkpoint.eventlog import EventLog, committed_end
 from sparkpoint.messages import RestoreDecision
+from sparkpoint.offsets import kafka_partition
 from sparkpoint.paths import UnsafePath, resolve_under_root
 from sparkpoint.settings import exit_with_error
 from worker.api.graph import Pipeline
@@ -136,7 +137,7 @@ def share_mismatch(pipeline: Pipeline, settings: WorkerSettings, resumed: Manife
             continue
         log_ = EventLog(settings.log_dir / source.params["log"])
         owned = owned_partitions(log_.partitions(), settings.worker_index, settings.worker_count)
-        taken = sorted(int(p) for p in query.offsets)
+        taken = sorted(int(p) for p in query.offsets if kafka_partition(p) is None)
         if taken != owned:
             return (f"checkpoint {resumed.checkpoint_id} was taken over partitions {taken} of log "
                     f"{source.params['log']}, but {settings.worker_id} (SP_WORKER_INDEX={settings.worker_index}, "

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sparkpoint.messages import QueryProgress
+from sparkpoint.offsets import flatten
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,7 +37,7 @@ def summarize_error(text: str, limit: int = 500) -> str:
 
 
 def merge_offsets(sources: list[dict], key: str = "endOffset") -> dict[str, int]:
-    """Offsets of a progress event's sources, as partition -> byte offset:
+    """Offsets of a progress event's sources, flat (``sparkpoint.offsets``):
     where each batch ended (``endOffset``), or the source's end when it was
     planned (``latestOffset``, from the source's ``reportLatestOffset``)."""
     offsets: dict[str, int] = {}
@@ -47,8 +48,7 @@ def merge_offsets(sources: list[dict], key: str = "endOffset") -> dict[str, int]
                 end = json.loads(end)
             except ValueError:
                 continue
-        if isinstance(end, dict):
-            offsets.update({str(k): int(v) for k, v in end.items() if isinstance(v, int)})
+        offsets.update(flatten(end))
     return offsets
 
 

@@ -24,6 +24,14 @@ function number(value, digits = 0, minDigits = digits) {
   return Number(value).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: minDigits });
 }
 
+// Input lag: bytes of the log, records of Kafka (the consumer lag of each partition).
+function inputLag(lagBytes, kafkaLag) {
+  const records = Object.values(kafkaLag).reduce((sum, n) => sum + n, 0);
+  if (!Object.keys(kafkaLag).length) return bytes(lagBytes);
+  const text = `${number(records)} record${records === 1 ? "" : "s"}`;
+  return lagBytes ? `${bytes(lagBytes)} · ${text}` : text;
+}
+
 function bytes(value) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let v = Number(value), i = 0;
@@ -97,7 +105,8 @@ function renderHeader(status, savepoints) {
   document.getElementById("fact-standbys").textContent =
     status.standbys.length ? `${status.standbys.length} · ${ready} ready` : "0";
   document.getElementById("fact-rate").textContent = number(status.rows_per_second, 1);
-  document.getElementById("fact-lag").textContent = bytes(status.lag_bytes);
+  document.getElementById("fact-lag").textContent =
+    inputLag(status.lag_bytes, Object.assign({}, ...status.workers.map((w) => w.kafka_lag)));
   const newest = savepoints.length ? savepoints[savepoints.length - 1] : null;
   document.getElementById("fact-savepoints").textContent = newest ? `${savepoints.length} · ${newest.state}` : "0";
 }
@@ -189,7 +198,9 @@ function renderWorkers(status) {
       el("td", { class: "state" }, pill(w.state)),
       el("td", { class: "num batch", text: w.batch_id < 0 ? "–" : number(w.batch_id) }),
       el("td", { class: "num", text: number(w.rows_per_second, 1) }),
-      el("td", { class: "num", text: bytes(w.lag_bytes) }),
+      el("td", { class: "num lag", text: inputLag(w.lag_bytes, w.kafka_lag) },
+         ...Object.entries(w.kafka_lag).map(([partition, records]) =>
+           el("span", { class: "sub", "data-partition": partition, text: `${partition} ${number(records)}` }))),
       checkpoint,
       recovery,
       el("td", { class: "num", text: age(w.heartbeat_age_s) }));

@@ -200,6 +200,8 @@ class QueryProgress:
     error: str = ""
     # The source's end when the batch was planned; minus ``offsets``: how far behind.
     latest_offsets: dict[str, int] = field(default_factory=dict)
+    # Records its Kafka source found gone and went on past (fail_on_data_loss=False): how many times.
+    data_losses: int = 0
 
     @property
     def lag_bytes(self) -> int:
@@ -271,6 +273,7 @@ class ProgressReport:
     # The durable checkpoints on the worker's volume, oldest first; None: not
     # known yet in this run (the controller keeps what it had).
     checkpoints: tuple[CheckpointInfo, ...] | None = None
+    waiting_for: str = ""       # why it waits before running its queries (a source missing); "": it does not
 
 
 # Commands the acknowledgement of a report carries to its worker. Each is

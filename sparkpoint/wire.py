@@ -177,7 +177,8 @@ def report_to_pb(report: ProgressReport) -> pb.ProgressReport:
         state=_WORKER_STATES[report.state],
         queries=[pb.QueryProgress(name=q.name, batch_id=q.batch_id, offsets=q.offsets,
                                   rows_processed=q.rows_processed, rows_per_second=q.rows_per_second,
-                                  active=q.active, error=q.error, latest_offsets=q.latest_offsets)
+                                  active=q.active, error=q.error, latest_offsets=q.latest_offsets,
+                                  data_losses=q.data_losses)
                  for q in report.queries],
         dropped_checkpoints=report.dropped_checkpoints,
         failed_checkpoints=report.failed_checkpoints,
@@ -201,6 +202,7 @@ def report_to_pb(report: ProgressReport) -> pb.ProgressReport:
         finished_nodes=list(report.finished_nodes),
         checkpoints=None if report.checkpoints is None else pb.CheckpointList(
             checkpoints=[checkpoint_to_pb(c) for c in report.checkpoints]),
+        waiting_for=report.waiting_for,
     )
 
 
@@ -212,7 +214,8 @@ def report_from_pb(request: pb.ProgressReport) -> ProgressReport:
         # A state this controller does not know yet: starting (it promises nothing).
         state=_WORKER_STATES_FROM_PB.get(request.state, WorkerState.STARTING),
         queries=tuple(QueryProgress(q.name, q.batch_id, dict(q.offsets), q.rows_processed, q.rows_per_second,
-                                    q.active, q.error, dict(q.latest_offsets)) for q in request.queries),
+                                    q.active, q.error, dict(q.latest_offsets), q.data_losses)
+                      for q in request.queries),
         dropped_checkpoints=request.dropped_checkpoints,
         failed_checkpoints=request.failed_checkpoints,
         checkpoint_error=request.checkpoint_error,
@@ -235,6 +238,7 @@ def report_from_pb(request: pb.ProgressReport) -> ProgressReport:
         finished_nodes=tuple(request.finished_nodes),
         checkpoints=tuple(checkpoint_from_pb(c) for c in request.checkpoints.checkpoints)
         if request.HasField("checkpoints") else None,
+        waiting_for=request.waiting_for,
     )
 
 

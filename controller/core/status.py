@@ -78,6 +78,7 @@ class WorkerStatus:
     dropped_checkpoints: int
     failed_checkpoints: int
     checkpoint_error: str
+    waiting_for: str            # why it waits before running its queries (a source missing); "": it does not
     checkpoint_volume: VolumeUse    # bytes used and free on its checkpoint volume
     checkpoints_completed: int
     last_checkpoint: CheckpointView | None
@@ -205,6 +206,7 @@ def worker_status(record: WorkerRecord, now: float) -> WorkerStatus:
         dropped_checkpoints=record.dropped_checkpoints,
         failed_checkpoints=record.failed_checkpoints,
         checkpoint_error=record.checkpoint_error,
+        waiting_for=record.waiting_for,
         checkpoint_volume=record.checkpoint_volume,
         checkpoints_completed=record.checkpoints_completed,
         last_checkpoint=checkpoint_view(record.last_checkpoint, now),

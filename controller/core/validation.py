@@ -163,6 +163,7 @@ def _query(query: QueryProgress, field: str) -> QueryProgress:
     _offsets(query.offsets, f"{field}.offsets")
     _offsets(query.latest_offsets, f"{field}.latest_offsets")
     _integer(query.rows_processed, f"{field}.rows_processed")
+    _integer(query.data_losses, f"{field}.data_losses")
     _real(query.rows_per_second, f"{field}.rows_per_second")
     return replace(query, error=clip(query.error, limits.TEXT_MAX))
 
@@ -223,6 +224,7 @@ def report(request: ProgressReport) -> ProgressReport:
                                 for i, a in enumerate(request.savepoint_answers)),
         exports=tuple(_export_answer(a, f"exports[{i}]") for i, a in enumerate(request.exports)),
         checkpoint_error=clip(request.checkpoint_error, limits.TEXT_MAX),
+        waiting_for=clip(request.waiting_for, limits.TEXT_MAX),
         restarts=replace(request.restarts, last_error=clip(request.restarts.last_error, limits.TEXT_MAX)),
     )
 

@@ -40,6 +40,7 @@ class WorkerRecord:
     dropped_checkpoints: int = 0
     failed_checkpoints: int = 0
     checkpoint_error: str = ""
+    waiting_for: str = ""                           # why it waits before running its queries ("": it does not)
     checkpoint_volume: VolumeUse = VolumeUse()
     last_checkpoint: CheckpointInfo | None = None
     checkpoints_completed: int = 0
@@ -139,6 +140,7 @@ class ProgressTable:
             dropped_checkpoints=report.dropped_checkpoints,
             failed_checkpoints=report.failed_checkpoints,
             checkpoint_error=report.checkpoint_error,
+            waiting_for=report.waiting_for,
             checkpoint_volume=report.checkpoint_volume,
             restored_checkpoint_id=report.restored_checkpoint_id,
             recovery=report.recovery,

@@ -88,6 +88,9 @@ WORKER_FAMILIES: list[tuple[Family, Callable[[WorkerStatus], float | None]]] = [
      lambda w: w.rows_per_second),
     (Family("sparkpoint_worker_input_lag_bytes", "Input behind the source's end as of the last batch (its slowest "
             "query's; bytes of the log).", W), lambda w: w.lag_bytes),
+    (Family("sparkpoint_worker_waiting_for_sources", "1 while the worker waits for a source before running its "
+            "queries (a log or Kafka topic missing, Kafka unreachable: /status says which).", W),
+     lambda w: 1.0 if w.waiting_for else 0.0),
     (Family("sparkpoint_worker_checkpoint_id", "The worker's newest complete checkpoint (0: none).", W),
      lambda w: w.last_checkpoint.checkpoint_id if w.last_checkpoint else 0),
     (Family("sparkpoint_worker_checkpoint_age_seconds", "Seconds since the newest complete checkpoint was taken.", W),
@@ -135,6 +138,9 @@ QUERY_FAMILIES: list[tuple[Family, Callable[[QueryProgress], float]]] = [
      lambda q: q.rows_per_second),
     (Family("sparkpoint_query_input_lag_bytes", "Input behind the source's end as of the query's last batch.", Q),
      lambda q: q.lag_bytes),
+    (Family("sparkpoint_query_source_data_losses_total", "Times the query's Kafka source found records it had yet "
+            "to read gone (retention, a partition vanished or went backwards) and went on, as "
+            "from_kafka(fail_on_data_loss=False) allows; each is logged.", Q, counter=True), lambda q: q.data_losses),
     (Family("sparkpoint_query_active", "1 while the query runs (0: finished or failed).", Q),
      lambda q: 1.0 if q.active else 0.0),
 ]

@@ -249,3 +249,27 @@ def test_latest_is_resolved_once_so_a_worker_restarted_before_any_checkpoint_sta
     wait_until(lambda: set(range(200, 300)) <= set(published()), timeout_s=120,
                what="the trades produced while the worker was down")
     assert min(published()) == 100, "a trade from before the pipeline's first start was read"
+
+
+def test_a_worker_waits_for_a_missing_topic_says_why_in_status_and_metrics_then_reads_it(
+        make_stack, kafka, tmp_path):
+    topic = "pipeline-missing"
+    pipeline = tmp_path / "missing_pipeline.py"
+    pipeline.write_text(LATEST_PIPELINE.replace("{topic}", topic).replace("latest", "earliest"))
+    stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap, SP_CHECKPOINT_FREQ="0",
+                       SP_TRIGGER_INTERVAL="200", SP_REPORT_INTERVAL="300")
+    output = stack.config.output_dir / "trades_out"
+    stack.start_controller()
+    stack.start_worker(0)
+
+    def waiting() -> tuple[str, float]:
+        [(_, flag)] = metric_samples(stack, "sparkpoint_worker_waiting_for_sources")
+        return worker_status(stack)["waiting_for"], flag
+
+    wait_until(lambda: worker_status(stack) and waiting() == (f"Kafka topic '{topic}' does not exist", 1),
+               timeout_s=120, what="the worker to report that it waits for the topic")
+    kafka.create_topic(topic, 2)
+    produce(kafka.bootstrap, topic, events(0, 50), 2)
+    wait_until(lambda: output.exists() and sorted(r["id"] for r in read_published(output).to_pylist()) ==
+               list(range(50)), timeout_s=180, what="the topic's trades published")
+    assert waiting() == ("", 0)

@@ -18,6 +18,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from worker.sources.kafka import fetch
+from worker.sources.kafka import losses as kafka_losses
 from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
 from worker.sources.kafka.datasource import KafkaDataLossError, KafkaOptions, KafkaStreamReader
 
@@ -96,19 +97,25 @@ def test_the_cap_spreads_over_partitions_and_batches_read_every_record_once(kafk
     assert sorted(seen) == list(range(100))
 
 
-def test_records_removed_before_they_were_read_fail_the_query_naming_them_or_are_gone_past(kafka):
+def test_records_removed_before_they_were_read_fail_the_query_naming_them_or_are_gone_past(kafka, tmp_path):
     topic = "src-retention"
     kafka.create_topic(topic, 1)
     produce(kafka, topic, range(10), 1)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     next(iter(admin.delete_records([TopicPartition(topic, 0, 4)]).values())).result(10)
     start = {topic: {"0": 2}}
+    recorded = kafka_losses.losses_file(tmp_path)
     with pytest.raises(KafkaDataLossError, match=rf"topic '{topic}' partition 0: offsets 2 to 3 were removed"):
-        reader(kafka, topic).latestOffset(start, ReadAllAvailable())
-    lenient = reader(kafka, topic, failOnDataLoss="false")
+        reader(kafka, topic, dataLossesPath=str(recorded)).latestOffset(start, ReadAllAvailable())
+    assert kafka_losses.count(recorded) == 0        # failed, not gone past
+    lenient = reader(kafka, topic, failOnDataLoss="false", dataLossesPath=str(recorded))
     end = lenient.latestOffset(start, ReadAllAvailable())
     assert end == {topic: {"0": 10}}
     assert read_all(lenient, start, end) == list(range(4, 10))
+    # Gone past, it counts (for /metrics) once, even planned again (a restarted query).
+    assert kafka_losses.count(recorded) == 1
+    assert lenient.latestOffset(start, ReadAllAvailable()) == end
+    assert kafka_losses.count(recorded) == 1
 
 
 def test_a_recreated_topic_is_data_loss(kafka):

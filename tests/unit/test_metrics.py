@@ -47,6 +47,7 @@ FAMILIES = {
     "sparkpoint_worker_rows_processed": "counter",
     "sparkpoint_worker_rows_per_second": "gauge",
     "sparkpoint_worker_input_lag_bytes": "gauge",
+    "sparkpoint_worker_waiting_for_sources": "gauge",
     "sparkpoint_worker_checkpoint_id": "gauge",
     "sparkpoint_worker_checkpoint_age_seconds": "gauge",
     "sparkpoint_worker_checkpoint_size_bytes": "gauge",
@@ -70,6 +71,7 @@ FAMILIES = {
     "sparkpoint_query_input_lag_bytes": "gauge",
     "sparkpoint_query_active": "gauge",
     "sparkpoint_query_kafka_lag_records": "gauge",
+    "sparkpoint_query_source_data_losses": "counter",
     "sparkpoint_sink_info": "gauge",
     "sparkpoint_sink_published_batch_id": "gauge",
     "sparkpoint_sink_published_checkpoint_id": "gauge",
@@ -105,11 +107,12 @@ def run_a_while(service, clock) -> None:
     sink waiting; w1 is still starting. Two checkpoints of w0 completed."""
     w0 = service.register(Registration("w0", 0, 2, "fp-1", tuple(n.name for n in NODES),
                                        (CheckpointInfo(3, duration_ms=900.0),), NODES))
-    service.register(Registration("w1", 1, 2, "fp-1", tuple(n.name for n in NODES), (), NODES))
+    w1 = service.register(Registration("w1", 1, 2, "fp-1", tuple(n.name for n in NODES), (), NODES))
+    service.report_progress(ProgressReport("w1", w1.session_id, 1, waiting_for="Kafka topic 'trades' does not exist"))
     service.stand_by(StandbyReport("w0", "c0ffee", 7, StandbyState.READY))
     # Reading a log's partitions 0 and 2 and a Kafka topic's (whose partition 4 is new).
     query = QueryProgress("vwap_out", batch_id=41, offsets={"0": 1000, "2": 400, "trades:0": 70, "trades:2": 10},
-                          rows_processed=250, rows_per_second=48.5,
+                          rows_processed=250, rows_per_second=48.5, data_losses=2,
                           latest_offsets={"0": 1600, "2": 500, "trades:0": 100, "trades:2": 10, "trades:4": 5})
     sink = SinkProgress("vwap_out", "files vwap (transactional)", SinkContract.TRANSACTIONAL, SinkState.WAITING,
                         "OSError: disk full", waiting_since=clock.now - 30, next_retry_at=clock.now + 2,
@@ -178,6 +181,8 @@ def test_values_are_the_controllers_state_at_scrape_time(service, clock, rest):
     assert value(m, "sparkpoint_worker_recoveries", "sparkpoint_worker_recoveries_total", worker="w0") == 1
     assert value(m, "sparkpoint_worker_restarts", "sparkpoint_worker_restarts_total", worker="w0") == 2
     assert value(m, "sparkpoint_worker_restarts", "sparkpoint_worker_restarts_total", worker="w1") == 0
+    assert value(m, "sparkpoint_worker_waiting_for_sources", worker="w1") == 1
+    assert value(m, "sparkpoint_worker_waiting_for_sources", worker="w0") == 0
     # Checkpoints 4 and 5 observed once each (a commit and a report name them);
     # 3 was on the volume before: never observed.
     durations = "sparkpoint_worker_checkpoint_duration_seconds"
@@ -199,6 +204,7 @@ def test_values_are_the_controllers_state_at_scrape_time(service, clock, rest):
     assert value(m, "sparkpoint_query_rows_per_second", **labels) == 48.5
     assert value(m, "sparkpoint_query_input_lag_bytes", **labels) == 700
     assert value(m, "sparkpoint_query_active", **labels) == 1
+    assert value(m, "sparkpoint_query_source_data_losses", "sparkpoint_query_source_data_losses_total", **labels) == 2
     assert [value(m, "sparkpoint_query_kafka_lag_records", topic="trades", partition=p, **labels)
             for p in ("0", "2", "4")] == [30, 0, 5]
     # per sink

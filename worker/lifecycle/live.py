@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,7 @@ from worker.publishing.publisher import Publisher
 from worker.runtime.progress import ProgressTracker
 from worker.runtime.recovery import RecoveryTracker
 from worker.settings import WorkerSettings
+from worker.sources.kafka import losses as kafka_losses
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -61,13 +62,16 @@ class LiveRun:
     restarts: Callable[[], Restarts] = Restarts     # the worker's restarts in its Spark session so far
     failure: str = ""           # the failed query's error (Spark's text), when one failed
     restarting: bool = False    # a query failed: this run ends, the next restores in the same session
+    waiting_for: str = ""       # why the run waits before starting its queries (a source missing)
+    data_losses: dict[str, Path] = field(default_factory=dict)  # each Kafka query's file of losses gone past
     # Set when one of the run's queries ends (Spark's listener): wakes the supervisor at once.
     terminated: threading.Event = field(default_factory=threading.Event)
 
     def report(self, publisher: Publisher, commands: CommandBook, settings: WorkerSettings) -> ProgressReport:
         """The next progress report (the reporter numbers it); writes the
         container's health file on the way."""
-        statuses = self.tracker.snapshot()
+        statuses = [replace(q, data_losses=kafka_losses.count(self.data_losses[q.name]))
+                    if q.name in self.data_losses else q for q in self.tracker.snapshot()]
         recovery = self.recovery.progress(statuses) if self.recovery else Recovery()
         state = WorkerState.RESTARTING if self.restarting else \
             worker_state(statuses, self.expected_queries, recovery.active)
@@ -91,4 +95,5 @@ class LiveRun:
             exports=answers.exports,
             finished_nodes=self.pipeline.finished_nodes(self.finished) if self.pipeline else (),
             checkpoints=stats.durable if stats else None,
+            waiting_for=self.waiting_for,
         )

@@ -3,9 +3,9 @@
 Steps (``serve``):
 3. Register with the controller (retrying while it is unreachable),
    reporting the durable checkpoints on the volume; learn what to restore:
-   the newest checkpoint, or the user's savepoint. Wait for the source logs
-   and Kafka topics.
-4. Read every sink's mark ("published up to", waiting while its target is
+   the newest checkpoint, or the user's savepoint. Start reporting.
+4. Wait for the source logs and Kafka topics (the reports say which is
+   missing). Read every sink's mark ("published up to", waiting while its target is
    unreachable), then restore (``restoring.restore_checkpoint``) into a
    fresh working directory; refuse a checkpoint taken over another share
    of the log's partitions (``restoring.share_mismatch``).
@@ -66,7 +66,7 @@ from worker.lifecycle.restoring import (
 from worker.publishing.publisher import Publisher
 from worker.publishing.sinks import publications
 from worker.runtime.progress import summarize_error
-from worker.runtime.queries import checkpoint_phase_ms, kafka_topics, source_logs
+from worker.runtime.queries import checkpoint_phase_ms, kafka_data_losses, kafka_topics, source_logs
 from worker.settings import WorkerSettings
 from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
 from worker.sources.kafka.groups import GroupOffsets
@@ -116,9 +116,11 @@ class Session:
     fence: VolumeFence = VolumeFence()
 
 
-def wait_for_sources(pipeline: Pipeline, settings: WorkerSettings, stop: threading.Event) -> bool:
+def wait_for_sources(pipeline: Pipeline, settings: WorkerSettings, stop: threading.Event,
+                     waiting: Callable[[str], None] = lambda why: None) -> bool:
     """Wait until every source log exists (the producer creates them) and
-    Kafka has every source topic (brokers unreachable: waits too)."""
+    Kafka has every source topic (brokers unreachable: waits too);
+    ``waiting`` hears why while it waits, and "" once it does not."""
     topics = kafka_topics(pipeline)
     broker = Broker(client_config(*settings.kafka)) if topics else None
     backoff = Backoff(initial_s=0.2, maximum_s=2.0)
@@ -131,10 +133,12 @@ def wait_for_sources(pipeline: Pipeline, settings: WorkerSettings, stop: threadi
             except BrokerUnavailable as error:
                 missing.append(str(error))
         if not missing:
+            waiting("")
             return True
         if ", ".join(missing) != announced:
             announced = ", ".join(missing)
             log.info("waiting for %s", announced)
+            waiting(announced)
         stop.wait(backoff.next_delay())
     return False
 
@@ -255,12 +259,12 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         return RunOutcome(RunEnd.STOPPED)
     log.info("registered as %s (index %d of %d); restore: %s", settings.worker_id, registered.worker_index,
              registered.worker_count, registered.restore.describe())
-    if not wait_for_sources(pipeline, settings, stop):
-        return RunOutcome(RunEnd.STOPPED)
     run_dir = fresh_run_dir(settings)
     query_root = run_dir / "queries"
+    records = settings.checkpoint_dir / "sources"
     publisher = Publisher(publications(pipeline, settings, run_dir.name, session.fence), guard=session.store.guard)
-    live = LiveRun(expected_queries=len(pipeline.queries()), pipeline=pipeline, restarts=session.restarts.view)
+    live = LiveRun(expected_queries=len(pipeline.queries()), pipeline=pipeline, restarts=session.restarts.view,
+                   data_losses=kafka_data_losses(pipeline, records))
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),
                         settings.report_interval_ms / 1000, on_reply=commands.on_reply,
@@ -270,6 +274,12 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
     groups: GroupOffsets | None = None
     try:
         # 4.
+        def waiting(why: str) -> None:
+            live.waiting_for = why
+            reporter.wake()
+
+        if not wait_for_sources(pipeline, settings, stop, waiting):
+            return RunOutcome(RunEnd.STOPPED)
         if not publisher.resume_all(stop):
             return RunOutcome(RunEnd.STOPPED)
         restore_started = time.time()
@@ -292,7 +302,7 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
         listener.register(spark)
         live.queries = start_queries(spark, pipeline, settings, query_root,
                                      {p.name: p.staging.run_dir for p in publisher.publications}, live.finished,
-                                     records=settings.checkpoint_dir / "sources")
+                                     records=records)
         session.restarts.run_started()
         log.info("running %d queries: %s%s", len(live.queries), ", ".join(q.name for q in live.queries),
                  f" ({', '.join(sorted(live.finished))} stay finished)" if live.finished else "")

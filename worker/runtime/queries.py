@@ -27,6 +27,7 @@ from worker.settings import CHECKPOINT_PHASE, WorkerSettings
 from worker.sinks.console import ConsolePrinter
 from worker.sinks.staging import BatchStager
 from worker.sources.kafka import initial_offsets_file, read_kafka
+from worker.sources.kafka.losses import losses_file
 from worker.sources.log_source import read_log
 
 
@@ -87,6 +88,12 @@ def kafka_topics(pipeline: Pipeline) -> list[str]:
     return sorted({topic for node in pipeline.nodes() if node.kind == "source.kafka" for topic in node.params["topics"]})
 
 
+def kafka_data_losses(pipeline: Pipeline, records: Path) -> dict[str, Path]:
+    """Each query reading Kafka: the file of the data losses its source went
+    on past, as ``start_query`` with ``records`` has it record them."""
+    return {q.name: losses_file(records / q.name) for q in pipeline.queries() if q.stem[0].kind == "source.kafka"}
+
+
 def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | None,
           records: Path) -> DataFrame:
     """``records``: where the query's source records what it resolves once."""
@@ -98,7 +105,8 @@ def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | 
                           worker_index=settings.worker_index, worker_count=settings.worker_count,
                           max_records_per_batch=cap, fail_on_data_loss=node.params.get("fail_on_data_loss", True),
                           metadata=node.params.get("metadata", ()),
-                          initial_offsets=initial_offsets_file(records, node.params["topics"]))
+                          initial_offsets=initial_offsets_file(records, node.params["topics"]),
+                          data_losses=losses_file(records))
     return read_log(spark, settings.log_dir / node.params["log"], node.params["schema"],
                     worker_index=settings.worker_index, worker_count=settings.worker_count,
                     max_records_per_batch=cap)

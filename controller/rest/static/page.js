@@ -194,6 +194,7 @@ function renderWorkers(status) {
     return el("tr", { "data-worker": w.worker_id, "data-state": w.state },
       el("td", {}, el("span", { class: "name", text: w.worker_id }),
          el("span", { class: "sub", text: `index ${w.worker_index} · ${w.registrations} registration${w.registrations === 1 ? "" : "s"}${restarted}` }),
+         ...(w.waiting_for ? [el("span", { class: "waiting", text: `waiting for ${w.waiting_for}` })] : []),
          ...errors.map((e) => el("span", { class: "error", text: e }))),
       el("td", { class: "state" }, pill(w.state)),
       el("td", { class: "num batch", text: w.batch_id < 0 ? "–" : number(w.batch_id) }),

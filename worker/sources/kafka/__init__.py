@@ -37,13 +37,15 @@ def read_kafka(spark: SparkSession, topics: Sequence[str], schema: str, *, confi
                config_files: Mapping[str, str] = {}, starting_offsets: str = "earliest", worker_index: int = 0,
                worker_count: int = 1, max_records_per_batch: int = 0, fail_on_data_loss: bool = True,
                metadata: Sequence[str] = (), initial_offsets: Path | None = None,
-               stall_timeout_ms: int = 60_000) -> DataFrame:
+               data_losses: Path | None = None, stall_timeout_ms: int = 60_000) -> DataFrame:
     """A streaming DataFrame of ``topics``' JSON records with ``schema`` (a
     DDL string), then a ``kafka_<field>`` column for each of ``metadata``.
     ``config``: librdkafka properties (``bootstrap.servers`` among them);
     ``config_files``: properties whose values are read from files where the
     records are read (secrets); ``initial_offsets``: the file where the
-    resolved starting offsets are recorded (``initial_offsets_file``)."""
+    resolved starting offsets are recorded (``initial_offsets_file``);
+    ``data_losses``: the file where losses gone past are recorded
+    (``losses.losses_file``)."""
     spark.dataSource.register(KafkaDataSource)
     columns = ", ".join([schema] + [f"{METADATA_PREFIX}{name} {METADATA_DDL[name]}" for name in metadata])
     options = {
@@ -60,4 +62,6 @@ def read_kafka(spark: SparkSession, topics: Sequence[str], schema: str, *, confi
     }
     if initial_offsets is not None:
         options["initialOffsetsPath"] = str(initial_offsets)
+    if data_losses is not None:
+        options["dataLossesPath"] = str(data_losses)
     return spark.readStream.format(FORMAT).schema(columns).options(**options).load()

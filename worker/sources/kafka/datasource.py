@@ -40,6 +40,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from sparkpoint.fileio import atomic_create
+from worker.sources.kafka import losses as kafka_losses
 from worker.sources.kafka import offsets as kafka_offsets
 from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
 from worker.sources.kafka.offsets import Offsets
@@ -68,6 +69,7 @@ class KafkaOptions:
     fail_on_data_loss: bool
     metadata: tuple[str, ...]
     initial_offsets_path: str
+    data_losses_path: str             # where losses gone past are recorded ("": nowhere)
     stall_timeout_s: float
 
     @classmethod
@@ -83,6 +85,7 @@ class KafkaOptions:
             fail_on_data_loss=options.get("failOnDataLoss", "true").lower() == "true",
             metadata=tuple(json.loads(options.get("metadata", "[]"))),
             initial_offsets_path=options.get("initialOffsetsPath", ""),
+            data_losses_path=options.get("dataLossesPath", ""),
             stall_timeout_s=float(options.get("stallTimeoutMs", "60000")) / 1000,
         )
 
@@ -189,6 +192,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise KafkaDataLossError(f"data loss in the Kafka source: {described} (from_kafka("
                                          "fail_on_data_loss=False) goes on from the earliest offsets instead)")
             log.warning("data loss in the Kafka source, going on (fail_on_data_loss=False): %s", described)
+            if self.options.data_losses_path:
+                kafka_losses.record(Path(self.options.data_losses_path), losses)
         # 3. Available-now: nothing beyond the ends as of the query's start.
         if self._target is not None:
             latest = {tp: min(offset, self._target.get(tp, resumed[tp])) for tp, offset in latest.items()}

@@ -63,6 +63,7 @@ class FeedingWorker:
         self.index = index
         self.state = WorkerState.RUNNING
         self.sink_error = ""
+        self.waiting_for = ""
         self.waiting_since = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -93,7 +94,7 @@ class FeedingWorker:
         self.client.report(ProgressReport(
             seq=seq, state=self.state, queries=queries, sinks=sinks, restored_checkpoint_id=3 if recovering else 0,
             recovery=Recovery(True, 80_000, 30_000, started_at=time.time()) if recovering else Recovery(),
-            finished_nodes=("history", "history_out")))
+            finished_nodes=("history", "history_out"), waiting_for=self.waiting_for))
         if seq % 4 == 0:
             self.client.commit_checkpoint(CheckpointInfo(
                 seq // 4, (QueryCut("vwap_out", batch, offsets),), size_bytes=180_000 + 1000 * seq,
@@ -193,11 +194,14 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
         workers[1].state = WorkerState.RECOVERING
         workers[0].waiting_since = time.time()
         workers[0].sink_error = "OperationalError: connection refused"
+        workers[0].waiting_for = "Kafka topic 'trades' does not exist"
         wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#workers tr[data-worker=worker-1]")
                    .get_attribute("data-state") == "recovering")
         assert text(browser, "#workers tr[data-worker=worker-1] td.state") == "recovering"
         assert "37.5 %" in text(browser, "#workers tr[data-worker=worker-1] td.recovery")
         wait.until(lambda b: "connection refused" in text(b, '#sinks tr[data-sink="worker-0/enriched_out"]'))
+        wait.until(lambda b: text(b, "#workers tr[data-worker=worker-0] .waiting") ==
+                   "waiting for Kafka topic 'trades' does not exist")
         assert text(browser, "#pipeline-state") == "recovering"
         assert browser.execute_script("return window.__loaded;") == marker
 

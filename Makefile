@@ -9,7 +9,7 @@ PROTOS := $(wildcard proto/sparkpoint/v1/*.proto)
 # Generated into the package namespace: proto/sparkpoint/v1/x.proto -> sparkpoint/v1/x_pb2.py.
 PROTO_OUT := $(patsubst proto/%.proto,%_pb2.py,$(PROTOS)) $(patsubst proto/%.proto,%_pb2_grpc.py,$(PROTOS))
 
-.PHONY: all deps java postgres-server chromium proto jars test unit integration chaos run settings-doc clean-local
+.PHONY: all deps java postgres-server chromium proto jars test unit integration chaos run settings-doc docs docs-screenshot clean-local
 
 all: deps proto jars
 
@@ -95,9 +95,18 @@ chaos: deps proto jars
 run: deps proto jars
 	$(PY) -m sparkpoint.devstack
 
-# The README's "Configuration" table, from the settings classes.
+# The configuration reference's table (docs/configuration.md), from the settings classes.
 settings-doc: deps
 	$(PY) -m sparkpoint_cli.settings_doc
+
+# The documentation site (mkdocs.yml, pages in docs/) on http://localhost:8000; `make test` builds it --strict.
+docs: deps
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
+# The status page's screenshot in the docs, taken again by its browser test.
+docs-screenshot: deps proto
+	$(PY) -m pytest -q tests/integration/test_status_page.py
+	cp test-artifacts/status-page.png docs/assets/status-page.png
 
 clean-local:
 	rm -rf var

@@ -1,8 +1,8 @@
 """Settings from ``SP_*`` environment variables, on pydantic-settings.
 
 Each program has one :class:`Settings` class: every variable a typed,
-bounded field whose description is its documentation (the README's
-"Configuration" table is generated from the classes: ``make settings-doc``).
+bounded field whose description is its documentation (the configuration
+reference's table, docs/configuration.md, is generated from the classes: ``make settings-doc``).
 ``main`` parses the environment once with ``from_env(os.environ)`` into a
 frozen object -- never at import time. A blank value counts as unset. A bad
 value raises :class:`SettingsError` naming the variable, which ``main`` prints
@@ -60,7 +60,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
 
-    program: ClassVar[str]      # who reads these variables, as the README's table names it
+    program: ClassVar[str]      # who reads these variables, as the configuration reference names it
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Self:

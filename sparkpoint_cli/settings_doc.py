@@ -1,13 +1,13 @@
-"""The README's "Configuration" table, generated from the settings classes.
+"""The configuration reference's table (docs/configuration.md), generated from the settings classes.
 
-    python -m sparkpoint_cli.settings_doc           rewrite the table in README.md (``make settings-doc``)
-    python -m sparkpoint_cli.settings_doc --check   exit 1 if README.md's table is out of date
+    python -m sparkpoint_cli.settings_doc           rewrite the table in docs/configuration.md (``make settings-doc``)
+    python -m sparkpoint_cli.settings_doc --check   exit 1 if docs/configuration.md's table is out of date
 
 One row per variable, in the order the classes define them: its name, the
 programs that read it, its default and its meaning (the field's
 description). A variable several programs read is one row naming them all;
 a default computed from other settings shows them as ``<SP_...>``.
-tests/unit/test_settings_doc.py fails when the README's table differs.
+tests/unit/test_settings_doc.py fails when that table differs.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from worker.settings import WorkerSettings
 
 PROGRAMS: tuple[type[Settings], ...] = (WorkerSettings, ControllerSettings, ProducerSettings, CliSettings,
                                         DevStackSettings)
-README = Path(__file__).resolve().parents[1] / "README.md"
+REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 BEGIN = "<!-- the settings table: generated from the settings classes by `make settings-doc` -->"
 END = "<!-- end of the settings table -->"
 HEADER = "| variable | service | default | meaning |\n|---|---|---|---|"
@@ -80,12 +80,12 @@ def render_table(programs: tuple[type[Settings], ...] = PROGRAMS) -> str:
 
 
 def _table_span(text: str) -> tuple[int, int]:
-    """Where a README's generated table is: between the two markers."""
+    """Where a page's generated table is: between the two markers."""
     try:
         start = text.index(BEGIN) + len(BEGIN)
         return start, text.index(END, start)
     except ValueError:
-        raise ValueError(f"README.md: the settings table's markers are missing ({BEGIN} ... {END})") from None
+        raise ValueError(f"{REFERENCE.name}: the settings table's markers are missing ({BEGIN} ... {END})") from None
 
 
 def table_in(text: str) -> str:
@@ -101,15 +101,15 @@ def with_table(text: str, table: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m sparkpoint_cli.settings_doc", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md's table is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/configuration.md's table is out of date")
     args = parser.parse_args()
-    text, table = README.read_text(), render_table()
+    text, table = REFERENCE.read_text(), render_table()
     if table_in(text) == table:
         return
     if args.check:
-        raise SystemExit("README.md: the settings table is out of date; run `make settings-doc`")
-    README.write_text(with_table(text, table))
-    print("README.md: settings table updated")
+        raise SystemExit("docs/configuration.md: the settings table is out of date; run `make settings-doc`")
+    REFERENCE.write_text(with_table(text, table))
+    print("docs/configuration.md: settings table updated")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The README's "Configuration" table is the one the settings classes generate
+"""The configuration reference's table (docs/configuration.md) is the one the settings classes generate
 (sparkpoint_cli.settings_doc), so it stays true."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from pydantic import Field
 
 from sparkpoint.settings import Settings
-from sparkpoint_cli.settings_doc import BEGIN, END, PROGRAMS, README, render_table, rows, table_in, with_table
+from sparkpoint_cli.settings_doc import BEGIN, END, PROGRAMS, REFERENCE, render_table, rows, table_in, with_table
 
 
 def test_the_readme_table_is_generated_from_the_settings_classes():
-    assert table_in(README.read_text()) == render_table(), "README.md is out of date: run `make settings-doc`"
+    assert table_in(REFERENCE.read_text()) == render_table(), "docs/configuration.md is out of date: run `make settings-doc`"
 
 
 def test_every_variable_of_every_program_has_one_row():

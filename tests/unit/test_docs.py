@@ -6,8 +6,8 @@ against a local stack: ``tests/integration/test_docs_snippets.py``."""
 
 from __future__ import annotations
 
-import re
 import os
+import re
 import subprocess
 import sys
 

@@ -273,3 +273,46 @@ def test_a_worker_waits_for_a_missing_topic_says_why_in_status_and_metrics_then_
     wait_until(lambda: output.exists() and sorted(r["id"] for r in read_published(output).to_pylist()) ==
                list(range(50)), timeout_s=180, what="the topic's trades published")
     assert waiting() == ("", 0)
+
+
+UPDATES_PIPELINE = '''
+from worker import api as sp
+
+sp.run(sp.read.from_kafka("{topic}", schema="id long, sym string, size long", name="trades")
+       | sp.aggregate("sym", {"trades": "count(1)", "volume": "sum(size)"}, emit="updates", name="volume_state")
+       | sp.write.to_kafka("{topic}-out", key="sym", name="volume_out"))
+'''
+
+
+def test_an_aggregate_emitting_updates_writes_only_the_keys_a_batch_changed(make_stack, kafka, tmp_path):
+    topic = "pipeline-updates"
+    kafka.create_topic(topic, 2)
+    kafka.create_topic(f"{topic}-out", 1)
+    pipeline = tmp_path / "updates_pipeline.py"
+    pipeline.write_text(UPDATES_PIPELINE.replace("{topic}", topic))
+    stack = make_stack(workers=1, pipeline=pipeline, SP_KAFKA_BOOTSTRAP=kafka.bootstrap, SP_TRIGGER_INTERVAL="200",
+                       SP_REPORT_INTERVAL="300")
+
+    def changelog() -> list[dict]:
+        return [value for _, _, value in read_committed(kafka.bootstrap, f"{topic}-out", 1)]
+
+    def latest() -> dict[str, tuple[int, int]]:
+        return {value["sym"]: (value["trades"], value["volume"]) for value in changelog()}
+
+    def expected(trades: list[dict]) -> dict[str, tuple[int, int]]:
+        return {sym: (sum(t["sym"] == sym for t in trades), sum(t["size"] for t in trades if t["sym"] == sym))
+                for sym in {t["sym"] for t in trades}}
+
+    sent = events(0, 400)
+    produce(kafka.bootstrap, topic, sent, 2)
+    stack.start_controller()
+    stack.start_worker(0)
+    wait_until(lambda: latest() == expected(sent), timeout_s=240, what="every symbol's aggregates published")
+    before = len(changelog())
+    assert before >= len(expected(sent))
+    one = events(400, 1)
+    produce(kafka.bootstrap, topic, one, 2)
+    wait_until(lambda: latest() == expected(sent + one), timeout_s=120, what="the last trade's symbol updated")
+    # Only the symbol the last batch touched (the whole table would be every symbol again).
+    assert changelog()[before:] == [{"sym": one[0]["sym"], "trades": expected(sent + one)[one[0]["sym"]][0],
+                                     "volume": expected(sent + one)[one[0]["sym"]][1]}]

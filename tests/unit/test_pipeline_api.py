@@ -13,6 +13,7 @@ import pytest
 from sparkpoint.messages import PipelineNode
 from worker import api as sp
 from worker.api.loader import load_pipeline
+from worker.runtime.queries import output_mode
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = "id long, sym string, size long"
@@ -437,3 +438,40 @@ def test_from_kafka_bad_arguments_name_the_source(kwargs, needle):
     topics = kwargs.pop("topics")
     with pytest.raises(sp.PipelineError, match=re.escape(needle)):
         sp.read.from_kafka(topics, schema=SCHEMA, **kwargs)
+
+
+def test_an_aggregate_emits_updates_into_an_upsert_and_its_whole_table_elsewhere_by_default():
+    source = sp.read.from_log("trades", schema=SCHEMA)
+    volume = source | sp.aggregate("sym", {"volume": "sum(size)", "trades": "count(1)"}, name="volume")
+    pipeline = sp.run(volume | sp.write.to_postgres("volume", key="sym", version="trades", name="upserted"),
+                      volume | sp.write.to_files("volume", name="files"),
+                      volume | sp.write.to_kafka("volume", key="sym", name="changelog"))
+    modes = {q.name: output_mode(q) for q in pipeline.queries()}
+    assert modes == {"upserted": "update", "files": "complete", "changelog": "complete"}
+    assert [q.complete for q in pipeline.queries()] == [False, True, True]      # the book: every batch, or the newest
+    assert output_mode(two_branches().queries()[0]) == "append"
+
+
+@pytest.mark.parametrize("sink, emit, mode", [
+    (lambda: sp.write.to_kafka("volume", key="sym"), "updates", "update"),     # a changelog
+    (lambda: sp.write.to_console(), "updates", "update"),
+    (lambda: sp.write.to_postgres("volume", key="sym", version="trades"), "table", "complete"),
+])
+def test_emit_chooses_updates_or_the_table_where_the_sink_takes_either(sink, emit, mode):
+    source = sp.read.from_log("trades", schema=SCHEMA)
+    [query] = sp.run(source | sp.aggregate("sym", {"trades": "count(1)"}, emit=emit, name="agg")
+                     | sink()).queries()
+    assert output_mode(query) == mode
+
+
+@pytest.mark.parametrize("sink, what", [
+    (lambda: sp.write.to_files("volume", name="out"), "files"),
+    (lambda: sp.write.to_postgres("volume", name="out"), "a transactional PostgreSQL table"),
+])
+def test_updates_into_a_sink_that_appends_are_refused_naming_the_node_and_the_sink(sink, what):
+    source = sp.read.from_log("trades", schema=SCHEMA)
+    with pytest.raises(sp.PipelineError, match=re.escape(f"node 'agg': emit='updates' writes only the keys each "
+                                                         f"batch changed, but sink 'out' ({what}) appends")):
+        sp.run(source | sp.aggregate("sym", {"n": "count(1)"}, emit="updates", name="agg") | sink())
+    with pytest.raises(sp.PipelineError, match=r"sp.aggregate\(emit='changes'\): emit is 'updates'"):
+        sp.aggregate("sym", {"n": "count(1)"}, emit="changes")

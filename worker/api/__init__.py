@@ -224,17 +224,35 @@ def filter(condition: str | Callable[[Any], Any], *, name: str | None = None) ->
     raise PipelineError(f"sp.filter() needs a SQL condition or a function, got {condition!r}")
 
 
-def aggregate(by: str | list[str], aggregations: Mapping[str, str], *, name: str | None = None) -> Operator:
+EMITS = ("updates", "table")
+
+
+def aggregate(by: str | list[str], aggregations: Mapping[str, str], *, emit: str | None = None,
+              name: str | None = None) -> Operator:
     """A keyed running aggregation: ``aggregations`` maps output columns to SQL
     aggregate expressions, e.g. ``{"volume": "sum(size)"}``. Stateful: name it.
 
-    Each micro-batch emits the whole result table (Spark's complete mode: its
-    Python sink API takes append and complete, not update).
+    ``emit``: what each micro-batch writes.
+
+    - ``"updates"``: only the keys the batch changed, each with its new
+      aggregates (Spark's update mode): a batch costs what its input touches,
+      however many keys the state holds. For sinks that take updates: an
+      upsert (``to_postgres(key=, version=)``; the default there), Kafka (a
+      changelog), the console.
+    - ``"table"``: the whole result table (Spark's complete mode), which a
+      transactional sink (files, PostgreSQL) replaces per worker each
+      checkpoint; the default for every sink but an upsert.
     """
     keys = [by] if isinstance(by, str) else list(by)
     if not keys or not aggregations:
         raise PipelineError("sp.aggregate() needs key columns and at least one aggregation")
-    return Operator(Node("aggregate", {"by": keys, "aggregations": dict(aggregations)}, name))
+    if emit is not None and emit not in EMITS:
+        raise PipelineError(f"sp.aggregate(emit={emit!r}): emit is 'updates' (the keys each batch changed) or "
+                            "'table' (the whole result table each batch)")
+    params: dict[str, Any] = {"by": keys, "aggregations": dict(aggregations)}
+    if emit is not None:
+        params["emit"] = emit
+    return Operator(Node("aggregate", params, name))
 
 
 def deduplicate(by: str | list[str], *, name: str | None = None) -> Operator:

@@ -78,10 +78,26 @@ class Stream:
         return bool(self.nodes[0].params.get("bounded"))
 
     @property
+    def aggregate(self) -> Node | None:
+        return next((node for node in self.nodes if node.kind == "aggregate"), None)
+
+    @property
+    def emits_updates(self) -> bool:
+        """Whether the branch aggregates and each batch writes only the keys it
+        changed (Spark's update mode): ``sp.aggregate(emit="updates")``, and by
+        default into an upsert sink."""
+        aggregate = self.aggregate
+        if aggregate is None:
+            return False
+        emit = aggregate.params.get("emit")
+        return emit == "updates" if emit else self.sink.kind == "sink.postgres" and "key" in self.sink.params
+
+    @property
     def complete(self) -> bool:
-        """Whether the branch aggregates: its query then runs in Spark's complete
-        mode, and every batch it writes is the whole result table."""
-        return any(node.kind == "aggregate" for node in self.nodes)
+        """Whether each batch the branch writes is the whole result table of
+        its aggregate (Spark's complete mode): ``emit="table"``, and by default
+        into any sink but an upsert."""
+        return self.aggregate is not None and not self.emits_updates
 
     @property
     def publishes_immediately(self) -> bool:
@@ -130,6 +146,20 @@ class Query:
     @property
     def publishes_immediately(self) -> bool:
         return self.branches[0].publishes_immediately
+
+
+def _check_emit(branch: Stream) -> None:
+    """Updates only into a sink that takes them: an upsert replaces each
+    key's row, Kafka and the console pass each change on; files and a
+    transactional table would append a row per change of a key."""
+    sink = branch.sink
+    if not branch.emits_updates or sink.kind in ("sink.kafka", "sink.console") or "key" in sink.params:
+        return
+    what = "files" if sink.kind == "sink.files" else "a transactional PostgreSQL table"
+    raise PipelineError(
+        f"node {branch.aggregate.name!r}: emit='updates' writes only the keys each batch changed, but sink "
+        f"{sink.name!r} ({what}) appends what it is given, so a key would get a row per change: use "
+        "emit='table' (the whole table each batch) or an upsert sink (sp.write.to_postgres(table, key=, version=))")
 
 
 def _shares_a_query(branch: Stream) -> bool:
@@ -183,6 +213,8 @@ class Pipeline:
                     "add | sp.write.to_files(...) or another sink")
         pipeline = cls(tuple(branches))
         pipeline._assign_names()
+        for branch in branches:
+            _check_emit(branch)
         return pipeline
 
     def queries(self) -> tuple[Query, ...]:

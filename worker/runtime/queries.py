@@ -37,7 +37,10 @@ def source_logs(pipeline: Pipeline, settings: WorkerSettings) -> list[Path]:
 
 
 def output_mode(query: Query) -> str:
-    return "complete" if query.complete else "append"
+    """Spark's: the whole table of an aggregate, the keys a batch changed, or new rows."""
+    if query.complete:
+        return "complete"
+    return "update" if query.branches[0].emits_updates else "append"
 
 
 def apply_node(df: DataFrame, node: Node) -> DataFrame:

@@ -1,19 +1,18 @@
-"""The configuration reference's table (docs/configuration.md), generated from the settings classes.
+"""The configuration reference's tables (docs/configuration.md), generated from the settings classes.
 
-    python -m sparkpoint_cli.settings_doc           rewrite the table in docs/configuration.md (``make settings-doc``)
-    python -m sparkpoint_cli.settings_doc --check   exit 1 if docs/configuration.md's table is out of date
+    python -m sparkpoint_cli.settings_doc           rewrite the tables in docs/configuration.md (``make settings-doc``)
+    python -m sparkpoint_cli.settings_doc --check   exit 1 if docs/configuration.md's tables are out of date
 
-One row per variable, in the order the classes define them: its name, the
-programs that read it, its default and its meaning (the field's
-description). A variable several programs read is one row naming them all;
-a default computed from other settings shows them as ``<SP_...>``.
-tests/unit/test_settings_doc.py fails when that table differs.
+A table per program (service), a row per variable it reads in the order
+its class defines them: the name, its default there and its meaning (the
+field's description). A variable several programs read is in each one's
+table; a default computed from other settings shows them as ``<SP_...>``.
+tests/unit/test_settings_doc.py fails when the tables differ.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.settings import ControllerSettings
@@ -28,7 +27,7 @@ PROGRAMS: tuple[type[Settings], ...] = (WorkerSettings, ControllerSettings, Prod
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 BEGIN = "<!-- the settings table: generated from the settings classes by `make settings-doc` -->"
 END = "<!-- end of the settings table -->"
-HEADER = "| variable | service | default | meaning |\n|---|---|---|---|"
+PROGRAM_HEADER = "| variable | default | meaning |\n|---|---|---|"
 
 
 class _Placeholders(dict):
@@ -49,34 +48,27 @@ def default_text(cls: type[Settings], name: str) -> str:
     return f"`{str(value).lower() if isinstance(value, bool) else value}`"
 
 
-@dataclass
-class Row:
-    variable: str
-    meaning: str
-    defaults: dict[str, str] = field(default_factory=dict)      # program -> its default
-
-    def render(self) -> str:
-        first, *others = self.defaults.items()
-        default = first[1]
-        differing = [f"{program}: {text}" for program, text in others if text != default]
-        if differing:
-            default += f" ({'; '.join(differing)})"
-        return f"| `{self.variable}` | {', '.join(self.defaults)} | {default} | {self.meaning} |"
-
-
-def rows(programs: tuple[type[Settings], ...] = PROGRAMS) -> list[Row]:
-    table: dict[str, Row] = {}
+def variables(programs: tuple[type[Settings], ...] = PROGRAMS) -> list[str]:
+    """Every variable the programs read, once; one without a description is refused."""
+    found: dict[str, None] = {}
     for cls in programs:
         for name, info in cls.model_fields.items():
             if not info.description:
                 raise ValueError(f"{cls.__name__}.{name} ({cls.variable(name)}) has no description")
-            row = table.setdefault(cls.variable(name), Row(cls.variable(name), info.description))
-            row.defaults[cls.program] = default_text(cls, name)
-    return list(table.values())
+            found[cls.variable(name)] = None
+    return list(found)
 
 
 def render_table(programs: tuple[type[Settings], ...] = PROGRAMS) -> str:
-    return "\n".join([HEADER, *(row.render() for row in rows(programs))])
+    """A table per program: each variable it reads, with its default there."""
+    variables(programs)     # every one described
+    sections = []
+    for cls in programs:
+        lines = [f"### {cls.program}", "", PROGRAM_HEADER]
+        for name, info in cls.model_fields.items():
+            lines.append(f"| `{cls.variable(name)}` | {default_text(cls, name)} | {info.description} |")
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections)
 
 
 def _table_span(text: str) -> tuple[int, int]:

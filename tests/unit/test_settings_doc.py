@@ -9,17 +9,20 @@ import pytest
 from pydantic import Field
 
 from sparkpoint.settings import Settings
-from sparkpoint_cli.settings_doc import BEGIN, END, PROGRAMS, REFERENCE, render_table, rows, table_in, with_table
+from sparkpoint_cli.settings_doc import BEGIN, END, PROGRAMS, REFERENCE, render_table, table_in, variables, with_table
 
 
-def test_the_readme_table_is_generated_from_the_settings_classes():
+def test_the_reference_is_generated_from_the_settings_classes():
     assert table_in(REFERENCE.read_text()) == render_table(), "docs/configuration.md is out of date: run `make settings-doc`"
 
 
-def test_every_variable_of_every_program_has_one_row():
-    variables = [row.variable for row in rows()]
-    assert len(variables) == len(set(variables))
-    assert set(variables) == {cls.variable(name) for cls in PROGRAMS for name in cls.model_fields}
+def test_every_variable_of_every_program_is_in_that_programs_table():
+    tables = render_table().split("### ")[1:]
+    assert [table.splitlines()[0] for table in tables] == [cls.program for cls in PROGRAMS]
+    for cls, table in zip(PROGRAMS, tables):
+        assert [line.split("`")[1] for line in table.splitlines()[4:] if line] == \
+            [cls.variable(name) for name in cls.model_fields]
+    assert set(variables()) == {cls.variable(name) for cls in PROGRAMS for name in cls.model_fields}
 
 
 class _Tool(Settings):
@@ -38,12 +41,23 @@ class _Other(Settings):
     verbose: bool = Field(False, description="say more")
 
 
-def test_rows_show_defaults_computed_from_other_variables_and_every_program():
-    assert render_table((_Tool, _Other)).splitlines()[2:] == [
-        "| `SP_COUNT` | tool, `other` | `1` (`other`: `2`) | how many |",
-        "| `SP_NAME` | tool | `tool-<SP_COUNT>` | its name |",
-        "| `SP_TOOL_HOME` | tool | (unset) | where it lives |",
-        "| `SP_VERBOSE` | tool, `other` | `false` | say more |",
+def test_each_program_has_a_table_with_its_own_defaults_computed_from_other_variables():
+    assert render_table((_Tool, _Other)).splitlines() == [
+        "### tool",
+        "",
+        "| variable | default | meaning |",
+        "|---|---|---|",
+        "| `SP_COUNT` | `1` | how many |",
+        "| `SP_NAME` | `tool-<SP_COUNT>` | its name |",
+        "| `SP_TOOL_HOME` | (unset) | where it lives |",
+        "| `SP_VERBOSE` | `false` | say more |",
+        "",
+        "### `other`",
+        "",
+        "| variable | default | meaning |",
+        "|---|---|---|",
+        "| `SP_COUNT` | `2` | how many others |",
+        "| `SP_VERBOSE` | `false` | say more |",
     ]
 
 
@@ -53,7 +67,7 @@ def test_a_variable_without_a_description_is_refused():
         count: int = 1
 
     with pytest.raises(ValueError, match="SP_COUNT"):
-        rows((Undocumented,))
+        render_table((Undocumented,))
 
 
 def test_the_table_is_replaced_between_its_markers():

@@ -276,8 +276,11 @@ class ControllerService:
             return self._savepoints.export(savepoint_id, path)
 
     def import_savepoint(self, path: str, label: str | None) -> SavepointView:
+        # The export's files are read before the lock every call takes: a slow
+        # or hostile file (a FIFO, a huge one: refused) stalls no other call.
+        export = self._savepoints.read_export(path)
         with self._lock:
-            return self._savepoints.import_(path, label)
+            return self._savepoints.import_(export, label)
 
     def snapshot(self) -> dict[str, Any]:
         """The state the controller checkpoints (JSON-able)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from controller.core.errors import InvalidRequest
 from sparkpoint import limits
@@ -49,6 +50,33 @@ def _token(value: str, field: str) -> str:
 def _count(items: Sequence | Mapping, field: str, maximum: int) -> None:
     if len(items) > maximum:
         raise InvalidRequest(f"{field}: {len(items)} entries, at most {maximum} are accepted")
+
+
+# Each collection (repeated or map field) a request may hold, by field name:
+# how many entries. One not named here may hold none.
+COLLECTIONS = {
+    "queries": limits.MAX_QUERIES, "sinks": limits.MAX_QUERIES,
+    "offsets": limits.MAX_PARTITIONS, "latest_offsets": limits.MAX_PARTITIONS,
+    "node_names": limits.MAX_NODES, "nodes": limits.MAX_NODES, "inputs": limits.MAX_NODES,
+    "finished_nodes": limits.MAX_NODES,
+    "checkpoints": limits.MAX_CHECKPOINTS,
+    "savepoint_answers": limits.MAX_ANSWERS, "exports": limits.MAX_ANSWERS,
+}
+
+
+def collections(message: Any, field: str = "") -> None:
+    """A request as it arrived (a protobuf message), before anything of it is
+    converted: every collection within ``COLLECTIONS``' bounds, so an
+    oversize one is refused before it is built. Raises ``InvalidRequest``."""
+    for descriptor, value in message.ListFields():
+        name = f"{field}{descriptor.name}"
+        if descriptor.is_repeated:          # maps too: repeated entries
+            _count(value, name, COLLECTIONS.get(descriptor.name, 0))
+            if descriptor.message_type is not None and not descriptor.message_type.GetOptions().map_entry:
+                for i, item in enumerate(value):
+                    collections(item, f"{name}[{i}].")
+        elif descriptor.message_type is not None:
+            collections(value, f"{name}.")
 
 
 def _integer(value: int, field: str, minimum: int = 0, maximum: int = INT64_MAX) -> int:

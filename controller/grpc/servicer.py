@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from controller.core import errors
+from controller.core import errors, validation
 from controller.core.service import ControllerService
 from controller.grpc.auth import TokenInterceptor, peer_name, server_credentials
 from sparkpoint import wire
@@ -34,6 +34,24 @@ log = logging.getLogger("sparkpoint.controller.grpc")
 # Far below gRPC's default metadata limit (8 KiB), which a longer message
 # would exceed: the caller would get a transport error instead of the reason.
 DETAILS_MAX = 1000
+# Explicit limits instead of gRPC's defaults. A message: 16 MiB (the largest a
+# worker sends, a registration listing its durable checkpoints, holds
+# limits.MAX_CHECKPOINTS of a few hundred bytes each). Calls in flight: beyond 64 a
+# call is refused RESOURCE_EXHAUSTED, not queued without end (a worker
+# reports every SP_REPORT_INTERVAL, so a handful per worker is plenty).
+# Keepalive: a ping every 60 s finds a client that vanished; a client may
+# ping at most every 30 s, twice too often and it is disconnected.
+MESSAGE_MAX_BYTES = 16 << 20
+MAX_CONCURRENT_RPCS = 64
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MESSAGE_MAX_BYTES),
+    ("grpc.max_send_message_length", MESSAGE_MAX_BYTES),
+    ("grpc.max_concurrent_streams", 16),            # per connection
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 30_000),
+    ("grpc.http2.max_ping_strikes", 2),
+]
 
 
 def _status_for(error: errors.ControllerError) -> grpc.StatusCode:
@@ -52,9 +70,12 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
 def _mapped(method: Handler) -> Handler:
+    """Its request's collections checked before it is converted
+    (``validation.collections``); core errors mapped to status codes."""
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            validation.collections(request)
             return method(self, request, context)
         except errors.ControllerError as error:
             context.abort(_status_for(error), clip(str(error), DETAILS_MAX))
@@ -117,7 +138,8 @@ def start_grpc_server(service: ControllerService, bind: str, port: int, *, token
     ``token``: the shared secret every call must carry (None: no authentication).
     ``tls``: serve mutual TLS, each call bound to its certificate's worker (None: plain text)."""
     interceptors = [TokenInterceptor(token)] if token is not None else []
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors,
+                         options=SERVER_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
     pb_grpc.add_ControllerServicer_to_server(ControllerServicer(service, bind_identity=tls is not None), server)
     address = f"{bind}:{port}"
     bound = (server.add_secure_port(address, server_credentials(tls)) if tls is not None

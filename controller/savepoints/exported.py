@@ -24,11 +24,13 @@ from controller.savepoints.model import (
     to_json,
 )
 from sparkpoint.errors import shown
-from sparkpoint.fileio import atomic_write
+from sparkpoint.fileio import atomic_write, read_regular
 from sparkpoint.paths import resolve_under_root
 from sparkpoint.storelayout import manifest_name
 
 RECORD_FILE = "savepoint.json"
+# A record names one checkpoint per worker: a few kilobytes.
+RECORD_MAX_BYTES = 1 << 20
 
 
 class ExportTargetNotEmpty(SavepointConflict):
@@ -68,11 +70,13 @@ class ExportedSavepoints:
         path = self._relative(resolve_under_root(self.root, user_path))
         name = f"{path}/{RECORD_FILE}"
         try:
-            text = resolve_under_root(self.root, name, max_depth=None).read_text()
+            text = read_regular(resolve_under_root(self.root, name, max_depth=None), RECORD_MAX_BYTES).decode()
         except FileNotFoundError:
             raise NoSuchExport(f"{name}: no such file: {path} is not an exported savepoint, or its "
                                        "export did not finish") from None
-        except (OSError, UnicodeDecodeError) as error:
+        except OSError as error:        # not a regular file, too large
+            raise SavepointRecordError(f"{name}: cannot be read ({error.strerror})") from None
+        except UnicodeDecodeError as error:
             raise SavepointRecordError(f"{name}: cannot be read ({error})") from None
         savepoint = from_json(text, name)
         if savepoint.state is not SavepointState.COMPLETE:

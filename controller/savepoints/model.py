@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpoint import limits
 from sparkpoint.errors import clip, shown
 
 RECORD_FORMAT = 1
@@ -22,6 +24,7 @@ LABEL_MAX = 100
 # terminal or a URL would read as syntax.
 LABEL_PUNCTUATION = " -_.,:()/+@#"
 _ID = re.compile(r"sp-[0-9]{6,12}")
+WORKERS_MAX = 1024          # SP_WORKER_COUNT's bound (sparkpoint.settings.WorkerCount)
 ID_PATTERN = f"^{_ID.pattern}$"     # the same rule as a JSON Schema pattern (the API's description)
 
 
@@ -125,14 +128,23 @@ def to_json(savepoint: Savepoint) -> str:
 
 
 def _checked(savepoint: Savepoint) -> Savepoint:
-    """Raises ValueError if the record contradicts itself."""
+    """Raises ValueError if the record contradicts itself or leaves the
+    bounds the controller holds wire input to (``sparkpoint.limits``): an
+    imported record is input too."""
     savepoint_number(savepoint.savepoint_id)
     validate_label(savepoint.label)
-    if savepoint.worker_count < 1:
-        raise ValueError(f"worker_count {savepoint.worker_count} is not positive")
+    if not 1 <= savepoint.worker_count <= WORKERS_MAX:
+        raise ValueError(f"worker_count {savepoint.worker_count} is outside 1..{WORKERS_MAX}")
     for index, checkpoint in savepoint.checkpoints.items():
-        if not 0 <= index < savepoint.worker_count or checkpoint < 1:
+        if not 0 <= index < savepoint.worker_count or not 1 <= checkpoint <= limits.CHECKPOINT_ID_MAX:
             raise ValueError(f"worker {index} pins checkpoint {checkpoint}")
+    for name, when in (("created_at", savepoint.created_at), ("completed_at", savepoint.completed_at or 0.0)):
+        if not math.isfinite(when) or when < 0:
+            raise ValueError(f"{name} {when} is not a finite number >= 0")
+    if len(savepoint.pipeline_fingerprint) > limits.TOKEN_MAX or not savepoint.pipeline_fingerprint.isprintable():
+        raise ValueError(f"pipeline_fingerprint is not printable text of at most {limits.TOKEN_MAX} characters")
+    if len(savepoint.imported_from) > limits.PATH_MAX:
+        raise ValueError(f"imported_from is longer than {limits.PATH_MAX} characters")
     if savepoint.state is SavepointState.COMPLETE and len(savepoint.checkpoints) != savepoint.worker_count:
         raise ValueError(f"complete, but pins {len(savepoint.checkpoints)} of {savepoint.worker_count} workers")
     return savepoint
@@ -153,7 +165,7 @@ def from_record(data: Mapping[str, Any], source: str) -> Savepoint:
             state=SavepointState(data["state"]),
             checkpoints={int(index): int(checkpoint) for index, checkpoint in data["checkpoints"].items()},
             completed_at=None if completed_at is None else float(completed_at),
-            failure=str(data.get("failure", "")),
+            failure=clip(str(data.get("failure", "")), limits.TEXT_MAX),     # free text: clipped, as on the wire
             imported_from=str(data.get("imported_from", "")),   # absent in records of before imports
         ))
     except (ValueError, KeyError, TypeError, AttributeError) as error:

@@ -234,12 +234,18 @@ class SavepointService:
         log.info("export of savepoint %s to %s started", savepoint_id, job.path)
         return export_view(job)
 
-    def import_(self, user_path: str, label: str | None) -> SavepointView:
-        """Record an exported savepoint as a new one of ours. Raises
-        ``UnsafePath``, ``SavepointRecordError``, ``InvalidLabel``;
-        ``SavepointConflict`` if it was imported already."""
+    def read_export(self, user_path: str) -> tuple[str, Savepoint]:
+        """The exported savepoint at ``user_path``: its path under the root and
+        its record (file reads only, no state: callers need no lock). Raises
+        ``UnsafePath``, ``SavepointRecordError``."""
+        return self._exported.read(user_path)
+
+    def import_(self, export: tuple[str, Savepoint], label: str | None) -> SavepointView:
+        """Record an exported savepoint (``read_export``'s) as a new one of
+        ours. Raises ``InvalidLabel``; ``SavepointConflict`` if it was
+        imported already."""
         self._checked_in()
-        path, exported = self._exported.read(user_path)
+        path, exported = export
         for savepoint in self._registry.list():
             if savepoint.imported_from == path:
                 raise SavepointConflict(f"{path} is imported already, as savepoint {savepoint.savepoint_id}")

@@ -8,6 +8,7 @@ manager does."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -659,3 +660,53 @@ def test_a_plan_that_is_refused_stops_the_restore_naming_the_node(store, two_che
         "src", "source.log:{}", (StatefulNode("count_state", changed_value),))})
     with pytest.raises(RestoreRefused, match="count_state: value column n changed from count\\(1\\) to sum\\(size\\)"):
         restore(store, 2, tmp_path / "fresh", refused)
+
+
+# --- files planted on a volume: regular files only, never through a link, never blocking -------------
+
+def test_a_blob_that_is_a_link_is_refused_even_to_the_right_content(store, two_checkpoints, tmp_path):
+    first, second = two_checkpoints
+    path, blob = blob_only_in(second, first, store)
+    elsewhere = tmp_path / "planted"
+    elsewhere.write_bytes(blob.read_bytes())        # the right size and digest, outside the store
+    blob.unlink()
+    blob.symlink_to(elsewhere)
+    outcome = restore(store, 2, tmp_path / "fresh" / "queries", LAYOUT)
+    assert outcome.manifest == first
+    assert len(outcome.corrupt) == 1 and "not a regular file in the store" in outcome.corrupt[0]
+    assert path in outcome.corrupt[0]
+
+
+def test_a_manifest_that_is_a_fifo_is_skipped_without_blocking(store, two_checkpoints, tmp_path):
+    first, _ = two_checkpoints
+    manifest_file = store.manifest_path(2)
+    manifest_file.unlink()
+    os.mkfifo(manifest_file)        # reading it would wait for a writer forever
+    outcome = restore(store, 2, tmp_path / "fresh" / "queries", LAYOUT)
+    assert outcome.manifest == first
+    assert len(outcome.corrupt) == 1 and "cannot be read (not a regular file)" in outcome.corrupt[0]
+
+
+def test_untrusted_reads_refuse_links_devices_fifos_and_oversize_files_before_reading(tmp_path):
+    from sparkpoint.fileio import FileTooLarge, NotARegularFile, read_regular
+
+    zero = tmp_path / "zero"
+    zero.symlink_to("/dev/zero")        # stat says 0 bytes; reading it never ends
+    with pytest.raises(OSError) as linked:
+        sha256_of(zero, size=0)
+    assert linked.value.errno == errno.ELOOP
+    with pytest.raises(NotARegularFile):
+        sha256_of(Path("/dev/zero"), size=0)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(NotARegularFile):
+        read_regular(fifo, 100)
+    big = tmp_path / "big"
+    with big.open("wb") as f:
+        f.truncate(1 << 30)             # sparse: a gigabyte that costs nothing on disk
+    with pytest.raises(FileTooLarge):
+        read_regular(big, 1 << 20)
+    small = tmp_path / "small"
+    small.write_bytes(b"abc")
+    assert read_regular(small, 10) == b"abc"
+    assert sha256_of(small, size=4) is None         # not the size listed: not read

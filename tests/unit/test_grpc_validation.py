@@ -100,6 +100,32 @@ def test_a_worker_id_that_is_not_a_name_is_refused(stub, service, worker_id):
     assert service.status().workers == []
 
 
+@pytest.mark.parametrize("report, field", [
+    (lambda session: pb.ProgressReport(worker_id="w0", session_id=session, seq=1,
+                                       queries=[pb.QueryProgress(name=f"q{i}") for i in range(300)]),
+     "queries: 300 entries, at most 256 are accepted"),
+    (lambda session: pb.ProgressReport(worker_id="w0", session_id=session, seq=1, queries=[
+        pb.QueryProgress(name="q", latest_offsets={str(p): 1 for p in range(5000)})]),
+     "queries[0].latest_offsets: 5000 entries, at most 4096 are accepted"),
+    (lambda session: pb.ProgressReport(worker_id="w0", session_id=session, seq=1, checkpoints=pb.CheckpointList(
+        checkpoints=[pb.CheckpointRef(checkpoint_id=1, queries=[pb.QueryCut(name=f"q{i}") for i in range(257)])])),
+     "checkpoints.checkpoints[0].queries: 257 entries, at most 256 are accepted"),
+])
+def test_an_oversize_collection_is_refused_before_the_request_is_converted(stub, worker, service, monkeypatch,
+                                                                            report, field):
+    def never(request):
+        raise AssertionError("converted before its collections were checked")
+
+    monkeypatch.setattr("sparkpoint.wire.report_from_pb", never)
+    assert refused(lambda: stub.ReportProgress(report(worker.session_id))) == field
+
+
+def test_a_message_past_16_mib_is_refused_by_grpc_itself(stub, worker, service):
+    report = pb.ProgressReport(worker_id="w0", session_id=worker.session_id, seq=1, checkpoint_error="e" * (17 << 20))
+    assert "larger than max" in refused(lambda: stub.ReportProgress(report), grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert service.worker("w0").checkpoint_error == ""
+
+
 def test_a_report_with_an_oversize_query_name_is_refused_and_status_stays_small(stub, worker, service):
     report = pb.ProgressReport(worker_id="w0", session_id=worker.session_id, seq=1,
                                queries=[pb.QueryProgress(name="q" * 1_000_000)])

@@ -6,10 +6,12 @@ Fake clock and session ids; no sleeps, no Spark."""
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import pytest
 
-from controller.savepoints.exported import ExportTargetNotEmpty
+from controller.savepoints.exported import ExportedSavepoints, ExportTargetNotEmpty
 from controller.savepoints.model import SavepointConflict, SavepointRecordError, SavepointState, from_json
 from controller.savepoints.registry import SavepointNotRestorable, UnknownSavepoint, WorkerCountMismatch
 from controller.savepoints.restores import RepublishRefused
@@ -326,6 +328,47 @@ def test_an_incomplete_export_is_refused_naming_the_file(pipeline, savepoint_roo
         pipeline.service.import_savepoint("exports/one", None)
     assert str(refused.value).startswith(message)
     assert [s.id for s in pipeline.service.savepoints()] == [savepoint_id]
+
+
+@pytest.mark.parametrize("plant, why", [
+    (lambda record: os.mkfifo(record), "not a regular file"),          # reading it would wait forever
+    (lambda record: os.truncate(record, 8 << 30), "larger than 1,048,576 bytes"),     # sparse: costs nothing
+])
+def test_a_record_that_is_not_a_small_regular_file_is_refused_unread(pipeline, savepoint_root, plant, why):
+    savepoint_id = take(pipeline)
+    export(pipeline, savepoint_root, savepoint_id)
+    record = savepoint_root / "exports/one/savepoint.json"
+    if why == "not a regular file":
+        record.unlink()
+    plant(record)
+    with pytest.raises(SavepointRecordError, match=f"^exports/one/savepoint.json: cannot be read \\({why}\\)"):
+        pipeline.service.import_savepoint("exports/one", None)
+
+
+def test_an_import_reads_its_files_without_holding_up_the_controllers_other_calls(pipeline, savepoint_root,
+                                                                                  monkeypatch):
+    savepoint_id = take(pipeline)
+    export(pipeline, savepoint_root, savepoint_id)
+    reading, release = threading.Event(), threading.Event()
+    read = ExportedSavepoints.read
+
+    def slow_read(self, user_path):     # a slow disk, a file that takes its time
+        reading.set()
+        assert release.wait(30)
+        return read(self, user_path)
+
+    monkeypatch.setattr(ExportedSavepoints, "read", slow_read)
+    importing = threading.Thread(target=pipeline.service.import_savepoint, args=("exports/one", "late"))
+    importing.start()
+    assert reading.wait(30)
+    answered: list = []
+    other = threading.Thread(target=lambda: answered.append([s.id for s in pipeline.service.savepoints()]))
+    other.start()
+    other.join(30)          # (bounds a failure: under the lock it would wait for the release below)
+    release.set()
+    importing.join(30)
+    assert answered == [[savepoint_id]], "a call waited for an import's file reads"
+    assert [s.label for s in pipeline.service.savepoints()] == ["before v2", "late"]
 
 
 def test_an_export_whose_part_links_outside_the_root_is_refused(pipeline, savepoint_root, tmp_path):

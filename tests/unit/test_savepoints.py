@@ -246,13 +246,28 @@ RECORD = {"format": 1, "id": "sp-000001", "label": "x", "created_at": 1.0, "comp
     ({"state": "done"}, "'done' is not a valid SavepointState"),
     ({"checkpoints": {"0": 3}}, "complete, but pins 1 of 2 workers"),
     ({"checkpoints": {"0": 3, "5": 4}}, "worker 5 pins checkpoint 4"),
-    ({"worker_count": 0}, "worker_count 0 is not positive"),
+    ({"worker_count": 0}, "worker_count 0 is outside 1..1024"),
     ({"created_at": None}, "float() argument must be"),
+    # The bounds wire input is held to (an imported record is input).
+    ({"checkpoints": {"0": 3, "1": 2**63}}, f"worker 1 pins checkpoint {2**63}"),
+    ({"checkpoints": {"0": 3, "1": 0}}, "worker 1 pins checkpoint 0"),
+    ({"created_at": "nan"}, "created_at nan is not a finite number >= 0"),
+    ({"completed_at": "inf"}, "completed_at inf is not a finite number >= 0"),
+    ({"pipeline_fingerprint": "f" * 129}, "pipeline_fingerprint is not printable text of at most 128"),
+    ({"pipeline_fingerprint": "fp\n"}, "pipeline_fingerprint is not printable text"),
+    ({"worker_count": 5000, "checkpoints": {}, "state": "failed"}, "worker_count 5000 is outside 1..1024"),
+    ({"imported_from": "x" * 4097}, "imported_from is longer than 4096 characters"),
 ])
 def test_a_bad_record_is_refused_naming_the_file_and_the_problem(change, problem):
     with pytest.raises(SavepointRecordError, match=r"^sp\.json: not a valid savepoint record \(") as refused:
         from_json(json.dumps({**RECORD, **change}), "sp.json")
     assert problem in str(refused.value)
+
+
+def test_a_records_failure_is_free_text_clipped_not_refused():
+    record = from_json(json.dumps({**RECORD, "state": "failed", "checkpoints": {}, "failure": "worker " * 500}),
+                       "sp.json")
+    assert len(record.failure) <= 1000 and record.failure.startswith("worker worker")
 
 
 def test_a_record_that_is_not_json_is_refused():

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkpoint.fileio import atomic_create, fsync_dir, sha256_of
+from sparkpoint.fileio import atomic_create, fsync_dir, open_regular, read_regular, sha256_of
 from sparkpoint.messages import VolumeFence
 from sparkpoint.storelayout import BLOBS, MANIFESTS, manifest_name
 from worker.checkpointing.lock import StoreLock, Superseded
@@ -31,6 +31,8 @@ from worker.checkpointing.manifest import Manifest, ManifestError
 log = logging.getLogger("sparkpoint.worker.checkpoints")
 
 _COPY_CHUNK = 1 << 20
+# A manifest lists every file of each query once: 64 MiB is hundreds of thousands of files.
+MANIFEST_MAX_BYTES = 64 << 20
 
 
 class CorruptCheckpoint(ValueError):
@@ -90,7 +92,7 @@ class CheckpointStore:
         fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=".blob.", suffix=".tmp")
         size = 0
         try:
-            with open(source, "rb") as src, os.fdopen(fd, "wb") as dst:
+            with open_regular(source) as src, os.fdopen(fd, "wb") as dst:
                 while chunk := src.read(_COPY_CHUNK):
                     digest.update(chunk)
                     dst.write(chunk)
@@ -136,9 +138,12 @@ class CheckpointStore:
     def load(self, checkpoint_id: int) -> Manifest:
         path = self.manifest_path(checkpoint_id)
         try:
-            text = path.read_text()
+            text = read_regular(path, MANIFEST_MAX_BYTES).decode()
         except FileNotFoundError:
             raise ManifestError(f"{path}: no such checkpoint") from None
+        except (OSError, UnicodeDecodeError) as error:      # a link, a FIFO, a device, too large
+            raise ManifestError(f"{path}: cannot be read ({error.strerror if isinstance(error, OSError) else error})") \
+                from None
         manifest = Manifest.from_json(text, str(path))
         if manifest.checkpoint_id != checkpoint_id:
             raise ManifestError(f"{path}: holds checkpoint {manifest.checkpoint_id}, not {checkpoint_id}")
@@ -181,9 +186,14 @@ class CheckpointStore:
             for path, entry in query.files.items():
                 blob = self.blob_path(entry.sha256)
                 name = f"checkpoint {manifest.checkpoint_id}: {query.name}/{path}"
-                if not blob.exists():
-                    raise CorruptCheckpoint(f"{name} is missing from the store ({blob})")
-                if blob.stat().st_size != entry.size or sha256_of(blob) != entry.sha256:
+                try:
+                    intact = sha256_of(blob, size=entry.size) == entry.sha256
+                except FileNotFoundError:
+                    raise CorruptCheckpoint(f"{name} is missing from the store ({blob})") from None
+                except OSError as error:        # a link, a FIFO, a device, a directory
+                    raise CorruptCheckpoint(f"{name} is not a regular file in the store ({blob}: "
+                                            f"{error.strerror})") from None
+                if not intact:
                     raise CorruptCheckpoint(f"{name} does not match its checksum ({blob})")
 
     def materialize(self, manifest: Manifest, query_root: Path) -> None:

@@ -5,6 +5,7 @@ what every aggregate emitted before), over 10, 10,000 and 1,000,000
 distinct keys (issue 39, "aggregates that emit only what changed").
 
     .venv/bin/python bench/aggregate_keys.py [--keys 10 10000 1000000] [--batch 200 20000] [--batches 12] [--rounds 3]
+        [--emits updates table] [--spark-conf KEY=VALUE ...]
 
 One Spark session (the worker's, default settings); per variant, the
 worker's own query (``worker.runtime.queries.start_query``): an event log
@@ -166,12 +167,16 @@ def main() -> None:
     parser.add_argument("--emits", nargs="+", default=["updates", "table"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark SQL setting for the queries, e.g. the state store's provider class")
     args = parser.parse_args()
 
     from worker.runtime.session import start_session
     from worker.settings import WorkerSettings
 
     spark = start_session(WorkerSettings.model_construct(worker_id="bench"))
+    for setting in args.spark_conf:
+        spark.conf.set(*setting.split("=", 1))
     loop_s = python_loop_s()
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-aggregate-keys-"))
     results = []

@@ -7,19 +7,30 @@
 #
 # Environment: PGDATA (the data directory, a volume), POSTGRES_PASSWORD or
 # POSTGRES_PASSWORD_FILE (a file holding it, e.g. a Docker secret; one of
-# them required on first start), POSTGRES_USER (default postgres),
-# POSTGRES_DB (default: POSTGRES_USER), POSTGRES_INITDB_ARGS (extra initdb
-# arguments), POSTGRES_TLS_CERT_FILE and POSTGRES_TLS_KEY_FILE (the server's
-# certificate and key, e.g. Docker secrets: TLS on, and every TCP connection
-# must use it).
+# them required on first start), POSTGRES_USER (the sinks' role, default
+# sparkpoint), POSTGRES_DB (default: POSTGRES_USER), POSTGRES_READER_PASSWORD
+# or POSTGRES_READER_PASSWORD_FILE (optional: a read-only role
+# <POSTGRES_USER>_reader), POSTGRES_INITDB_ARGS (extra initdb arguments),
+# POSTGRES_TLS_CERT_FILE and POSTGRES_TLS_KEY_FILE (the server's certificate
+# and key, e.g. Docker secrets: TLS on, and every TCP connection must use it).
+#
+# Least privilege (first start): the database superuser is `postgres`, with a
+# random password no one keeps: it logs in over the container's own socket
+# only (TCP refuses it). POSTGRES_USER is an ordinary role (no superuser, no
+# role or database creation, so no COPY ... TO PROGRAM) that owns
+# POSTGRES_DB and so its public schema: the tables its sinks create, and
+# their progress table. The reader role may connect and SELECT the tables
+# POSTGRES_USER creates, nothing else.
 set -euo pipefail
 
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 export PATH="$PGBIN:$PATH"
 : "${PGDATA:=/var/lib/postgresql/data}"
 export PGDATA
-USER_NAME=${POSTGRES_USER:-postgres}
+SUPERUSER=postgres
+USER_NAME=${POSTGRES_USER:-sparkpoint}
 DB_NAME=${POSTGRES_DB:-$USER_NAME}
+READER_NAME=${USER_NAME}_reader
 # The server's sockets: in /tmp, the one place a read-only root leaves
 # writable (a tmpfs over an image directory keeps that directory's owner, root).
 SOCKETS=/tmp
@@ -37,43 +48,71 @@ if [ "$(id -u)" = 0 ]; then
   exit 1
 fi
 
-if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
-  if [ -n "${POSTGRES_PASSWORD:-}" ]; then
-    echo "sparkpoint-postgres: set POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE, not both" >&2
-    exit 1
+# A password from VARIABLE or VARIABLE_FILE (not both), into VARIABLE.
+password_from() {
+  local variable=$1 file_variable=${1}_FILE
+  if [ -n "${!file_variable:-}" ]; then
+    if [ -n "${!variable:-}" ]; then
+      echo "sparkpoint-postgres: set $variable or $file_variable, not both" >&2
+      exit 1
+    fi
+    if [ ! -r "${!file_variable}" ]; then
+      echo "sparkpoint-postgres: $file_variable: cannot read ${!file_variable}" >&2
+      exit 1
+    fi
+    printf -v "$variable" '%s' "$(head -n 1 "${!file_variable}")"
   fi
-  if [ ! -r "$POSTGRES_PASSWORD_FILE" ]; then
-    echo "sparkpoint-postgres: POSTGRES_PASSWORD_FILE: cannot read $POSTGRES_PASSWORD_FILE" >&2
-    exit 1
-  fi
-  POSTGRES_PASSWORD=$(head -n 1 "$POSTGRES_PASSWORD_FILE")
-fi
+}
+password_from POSTGRES_PASSWORD
+password_from POSTGRES_READER_PASSWORD
+
+# TCP: password authentication from any address, never the superuser.
+hba_tcp_lines() {
+  local host=$1
+  echo "$host all $SUPERUSER 0.0.0.0/0 reject"
+  echo "$host all $SUPERUSER ::/0 reject"
+  echo "$host all all 0.0.0.0/0 scram-sha-256"
+  echo "$host all all ::/0 scram-sha-256"
+}
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   if [ -z "${POSTGRES_PASSWORD:-}" ]; then
     echo "sparkpoint-postgres: POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE must be set to initialise $PGDATA" >&2
     exit 1
   fi
-  echo "sparkpoint-postgres: initialising $PGDATA (user $USER_NAME, database $DB_NAME)"
+  if [ "$USER_NAME" = "$SUPERUSER" ] || [ "$DB_NAME" = postgres ]; then
+    echo "sparkpoint-postgres: POSTGRES_USER and POSTGRES_DB must not be postgres (the superuser's, kept in the" \
+         "container)" >&2
+    exit 1
+  fi
+  echo "sparkpoint-postgres: initialising $PGDATA (role $USER_NAME owning database $DB_NAME)"
   pwfile=$(mktemp)
   trap 'rm -f "$pwfile"' EXIT
-  printf '%s\n' "$POSTGRES_PASSWORD" > "$pwfile"
+  head -c 32 /dev/urandom | base64 > "$pwfile"       # the superuser's: never used, never kept
   # shellcheck disable=SC2086
-  initdb -D "$PGDATA" -U "$USER_NAME" --pwfile="$pwfile" --encoding=UTF8 --locale=C.UTF-8 \
+  initdb -D "$PGDATA" -U "$SUPERUSER" --pwfile="$pwfile" --encoding=UTF8 --locale=C.UTF-8 \
     --auth-local=trust --auth-host=scram-sha-256 ${POSTGRES_INITDB_ARGS:-} >/dev/null
   rm -f "$pwfile"
-  {
-    echo "# Sparkpoint: password authentication from any address"
-    echo "host all all 0.0.0.0/0 scram-sha-256"
-    echo "host all all ::/0 scram-sha-256"
-  } >> "$PGDATA/pg_hba.conf"
-  if [ "$DB_NAME" != postgres ]; then
-    # A private, socket-only server to create the database, then stop it.
-    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKETS" start >/dev/null
-    psql -v ON_ERROR_STOP=1 -h "$SOCKETS" -U "$USER_NAME" -d postgres -q \
-      -c "CREATE DATABASE \"$DB_NAME\"" >/dev/null
-    pg_ctl -D "$PGDATA" -w -m fast stop >/dev/null
+  { echo "# Sparkpoint"; hba_tcp_lines host; } >> "$PGDATA/pg_hba.conf"
+  # A private, socket-only server to create the roles and the database, then stop it.
+  pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$SOCKETS" start >/dev/null
+  psql -v ON_ERROR_STOP=1 -h "$SOCKETS" -U "$SUPERUSER" -d postgres -q \
+    -v user="$USER_NAME" -v db="$DB_NAME" -v password="$POSTGRES_PASSWORD" >/dev/null <<'SQL'
+CREATE ROLE :"user" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD :'password';
+CREATE DATABASE :"db" OWNER :"user";
+REVOKE ALL ON DATABASE :"db" FROM PUBLIC;
+SQL
+  if [ -n "${POSTGRES_READER_PASSWORD:-}" ]; then
+    psql -v ON_ERROR_STOP=1 -h "$SOCKETS" -U "$SUPERUSER" -d "$DB_NAME" -q \
+      -v user="$USER_NAME" -v reader="$READER_NAME" -v db="$DB_NAME" -v password="$POSTGRES_READER_PASSWORD" \
+      >/dev/null <<'SQL'
+CREATE ROLE :"reader" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD :'password';
+GRANT CONNECT ON DATABASE :"db" TO :"reader";
+GRANT USAGE ON SCHEMA public TO :"reader";
+ALTER DEFAULT PRIVILEGES FOR ROLE :"user" IN SCHEMA public GRANT SELECT ON TABLES TO :"reader";
+SQL
   fi
+  pg_ctl -D "$PGDATA" -w -m fast stop >/dev/null
   echo "sparkpoint-postgres: initialised"
 fi
 
@@ -93,11 +132,7 @@ if [ -n "${POSTGRES_TLS_CERT_FILE:-}${POSTGRES_TLS_KEY_FILE:-}" ]; then
   # says; the local socket stays trusted as initdb set it. (The healthcheck's
   # pg_isready over TCP only asks whether the server answers.)
   hba="$SOCKETS/pg_hba.conf"
-  {
-    echo "local all all trust"
-    echo "hostssl all all 0.0.0.0/0 scram-sha-256"
-    echo "hostssl all all ::/0 scram-sha-256"
-  } > "$hba"
+  { echo "local all all trust"; hba_tcp_lines hostssl; } > "$hba"
   tls=(-c ssl=on -c ssl_cert_file="$POSTGRES_TLS_CERT_FILE" -c ssl_key_file="$key" -c hba_file="$hba")
   echo "sparkpoint-postgres: TLS on ($POSTGRES_TLS_CERT_FILE); TCP connections without it are refused"
 fi

@@ -219,11 +219,15 @@ class ComposeStack:
     def worker(self, index: int) -> dict | None:
         return next((w for w in self.status().get("workers", []) if w["worker_index"] == index), None)
 
-    def _dsn(self) -> str:
-        return (f"host=postgres dbname={self.env.get('POSTGRES_DB', 'sparkpoint')} "
-                f"user={self.env.get('POSTGRES_USER', 'sparkpoint')} "
-                f"password={(self.secrets / 'postgres-password').read_text().strip()} "
-                "sslmode=verify-full sslrootcert=/ca.crt")   # as the workers do
+    def _dsn(self, role: str = "reader") -> str:
+        """A role's connection, as the workers connect: the read-only role's
+        (results are read, never written), ``sinks``: the workers' own, or
+        ``superuser``: postgres, with the sinks' password."""
+        user = self.env.get("POSTGRES_USER", "sparkpoint")
+        user, secret = {"reader": (f"{user}_reader", "postgres-reader-password"),
+                        "sinks": (user, "postgres-password"), "superuser": ("postgres", "postgres-password")}[role]
+        return (f"host=postgres dbname={self.env.get('POSTGRES_DB', 'sparkpoint')} user={user} "
+                f"password={(self.secrets / secret).read_text().strip()} sslmode=verify-full sslrootcert=/ca.crt")
 
     def kafka_results(self) -> dict:
         """The kafka profile's input topic against its outputs
@@ -244,18 +248,24 @@ class ComposeStack:
             container.remove(force=True)
         return json.loads(output)
 
+    def on_data_network(self, script: str, volumes: tuple[str, ...] = ()) -> dict:
+        """The JSON ``script`` prints, run by Python in a container of the
+        project's image on the stack's data network (PostgreSQL's), with the
+        CA's certificate at /ca.crt and each of the stack's ``volumes``
+        (``eventlog`` at /log, ``output`` at /out) read-only."""
+        mounts = {"eventlog": "/log", "output": "/out"}
+        output = self.client.containers.run(
+            "sparkpoint-controller:latest", ["python", "-c", script], remove=True, network=f"{self.project}_data",
+            volumes={str(self.secrets / "ca.crt"): {"bind": "/ca.crt", "mode": "ro"},
+                     **{f"{self.project}_{volume}": {"bind": mounts[volume], "mode": "ro"} for volume in volumes}})
+        return json.loads(output)
+
     def results(self) -> dict:
         """The input against the outputs (``_READ_RESULTS``); raises while
         PostgreSQL is unreachable."""
-        output = self.client.containers.run(
-            "sparkpoint-controller:latest",
-            ["python", "-c", _READ_RESULTS % {"dsn": self._dsn(), "expected_vwap": inspect.getsource(expected_vwap)}],
-            remove=True,
-            network=f"{self.project}_data",
-            volumes={str(self.secrets / "ca.crt"): {"bind": "/ca.crt", "mode": "ro"},
-                     f"{self.project}_eventlog": {"bind": "/log", "mode": "ro"},
-                     f"{self.project}_output": {"bind": "/out", "mode": "ro"}})
-        return json.loads(output)
+        return self.on_data_network(
+            _READ_RESULTS % {"dsn": self._dsn(), "expected_vwap": inspect.getsource(expected_vwap)},
+            ("eventlog", "output"))
 
     def save_logs(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

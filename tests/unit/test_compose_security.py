@@ -30,12 +30,18 @@ def test_no_password_or_token_is_written_in_the_file():
         "api_token": "${SP_SECRETS_DIR:-./.secrets}/api-token",
         "grpc_token": "${SP_SECRETS_DIR:-./.secrets}/grpc-token",
         "postgres_password": "${SP_SECRETS_DIR:-./.secrets}/postgres-password",
+        "postgres_reader_password": "${SP_SECRETS_DIR:-./.secrets}/postgres-reader-password",
         "ca_cert": "${SP_SECRETS_DIR:-./.secrets}/ca.crt",
         "postgres_tls_cert": "${SP_SECRETS_DIR:-./.secrets}/postgres.crt",
         "postgres_tls_key": "${SP_SECRETS_DIR:-./.secrets}/postgres.key",
         **{f"{name.replace('-', '_')}_tls_{kind}": f"${{SP_SECRETS_DIR:-./.secrets}}/{name}.{ext}"
            for name in ("controller", "worker-0", "worker-1") for kind, ext in (("cert", "crt"), ("key", "key"))}}
     assert SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
+    # The read-only role's password goes to the database alone: no service of the stack writes with it or needs it.
+    assert SERVICES["postgres"]["environment"]["POSTGRES_READER_PASSWORD_FILE"] == \
+        "/run/secrets/postgres_reader_password"
+    assert [name for name, spec in SERVICES.items() if "postgres_reader_password" in spec.get("secrets", [])] == \
+        ["postgres"]
     controller = SERVICES["controller"]["environment"]
     assert (controller["SP_API_TOKEN_FILE"], controller["SP_GRPC_TOKEN_FILE"]) == (
         "/run/secrets/api_token", "/run/secrets/grpc_token")
@@ -87,7 +93,8 @@ def test_the_kafka_profile_adds_an_internal_network_of_the_broker_its_producer_a
 
 def test_postgres_takes_tls_only_and_the_workers_verify_it():
     postgres = SERVICES["postgres"]
-    assert set(postgres["secrets"]) == {"postgres_password", "postgres_tls_cert", "postgres_tls_key"}
+    assert set(postgres["secrets"]) == {"postgres_password", "postgres_reader_password", "postgres_tls_cert",
+                                       "postgres_tls_key"}
     assert (postgres["environment"]["POSTGRES_TLS_CERT_FILE"], postgres["environment"]["POSTGRES_TLS_KEY_FILE"]) == (
         "/run/secrets/postgres_tls_cert", "/run/secrets/postgres_tls_key")
     for worker in WORKERS:
@@ -128,7 +135,7 @@ def test_make_up_generates_random_secrets_once_out_of_reach(tmp_path):
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     first = made[:len(COMPOSE_SECRETS)]
     values = [read_secret(p).value for p in first]
-    assert len(set(values)) == 3 and all(len(v) >= 43 for v in values)      # 256 bits each
+    assert len(set(values)) == len(COMPOSE_SECRETS) and all(len(v) >= 43 for v in values)      # 256 bits each
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in made)
     assert stat.S_IMODE((directory / "ca.key").stat().st_mode) == 0o600
     certificates = [p.read_bytes() for p in made[len(COMPOSE_SECRETS):]]

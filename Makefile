@@ -217,7 +217,7 @@ up: images secrets
 	  echo "  status:      SP_API_TOKEN_FILE=$(SP_SECRETS_DIR)/api-token sparkpoint status --controller http://localhost:$$port"; \
 	  echo "               curl -H \"Authorization: Bearer \$$(cat $(SP_SECRETS_DIR)/api-token)\" localhost:$$port/status"; \
 	  echo "  metrics:     the same with localhost:$$port/metrics"; \
-	  echo "  status page: http://localhost:$$port/#token=$$(cat $(SP_SECRETS_DIR)/api-token)"; \
+	  echo "  status page: http://localhost:$$port/ (it asks for the token in $(SP_SECRETS_DIR)/api-token)"; \
 	  echo "  API docs:    http://localhost:$$port/docs, with that Authorization header"; \
 	  echo "  logs:        $(COMPOSE) -p $(COMPOSE_PROJECT_NAME) logs -f worker-0"
 	@$(if $(MONITORING),echo "  Prometheus:  http://localhost:$$($(DC) port prometheus 9090 | sed 's/.*://')/")

@@ -23,7 +23,7 @@ from typing import IO
 
 from pydantic import Field
 
-from sparkpoint.secrets import Secret, ensure_secret, read_secret
+from sparkpoint.secrets import Secret, UnsafeSecretsDirectory, ensure_secret, read_secret
 from sparkpoint.settings import GrpcPort, HttpPort, Settings, SettingsError, UserPath, exit_with_error
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,7 +244,10 @@ def main() -> None:
         env={k: v for k, v in os.environ.items() if k.startswith("SP_") and k not in _PER_SERVICE},
     )
     stack = LocalStack(config)
-    stack.start_all()
+    try:
+        stack.start_all()
+    except UnsafeSecretsDirectory as error:
+        exit_with_error("make run", error)
     print(f"Sparkpoint is running: controller, producer and {config.workers} workers.")
     token = f" -H \"Authorization: Bearer $(cat {config.api_token_file})\"" if config.api_token else ""
     print(f"  status:   curl{token} {config.status_url}")

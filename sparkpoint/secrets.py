@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -85,11 +86,23 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+class UnsafeSecretsDirectory(RuntimeError):
+    """A directory for secrets that someone else could write into or own."""
+
+
 def create_private_file(path: Path, data: bytes, mode: int) -> None:
     """Create ``path`` holding ``data``, with ``mode`` whatever the umask, in
     a directory only its owner reaches (0700, created if missing); leaves an
-    existing file as it is."""
+    existing file as it is. A directory found that another user owns, or
+    that group or others may write (they could plant or swap a secret):
+    ``UnsafeSecretsDirectory``."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    found = os.stat(path.parent)
+    if found.st_uid != os.geteuid() or found.st_mode & 0o022:
+        raise UnsafeSecretsDirectory(
+            f"{path.parent}: {'owned by another user' if found.st_uid != os.geteuid() else 'writable by others'} "
+            f"(mode {stat.S_IMODE(found.st_mode):04o}): secrets are kept only in a directory of your own that no one "
+            f"else can write: chmod 700 {path.parent}, or remove it to start over")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparkpoint import pki
-from sparkpoint.secrets import ensure_secret
+from sparkpoint.secrets import UnsafeSecretsDirectory, ensure_secret
 
 # The compose stack's secrets (docker-compose.yml's `secrets:`).
 COMPOSE_SECRETS = ("api-token", "grpc-token", "postgres-password", "postgres-reader-password")
@@ -45,5 +45,8 @@ if __name__ == "__main__":
     import sys
 
     directory = Path(sys.argv[1] if len(sys.argv) > 1 else ".secrets")
-    made = ensure_compose_secrets(directory)
+    try:
+        made = ensure_compose_secrets(directory)
+    except UnsafeSecretsDirectory as error:
+        raise SystemExit(f"make up: {error}") from None
     print(f"secrets: {directory}/ ({', '.join(path.name for path in made)})")

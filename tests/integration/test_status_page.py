@@ -147,14 +147,20 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
     # The page redraws its tables on every poll: an element found just before
     # a redraw is stale by the time it is read, and the next poll finds anew.
     wait = WebDriverWait(browser, 30, ignored_exceptions=(StaleElementReferenceException,))
-    # Without the token the page loads (it holds no data) and says what it needs.
+    # Without the token the page loads (it holds no data) and asks for it.
     browser.get(base + "/")
     wait.until(lambda b: "needs its API token" in text(b, "#offline"))
     assert text(browser, "#pipeline-state") == "connecting…"
-    # Opened as `make up` prints it: the token in the address, which the page
-    # keeps for the tab and removes from the address bar.
-    browser.get(f"{base}/#token={token}")
-    wait.until(lambda b: b.current_url == base + "/")
+    field = browser.find_element(By.ID, "token-input")
+    field.send_keys("not-the-token")
+    field.submit()
+    wait.until(lambda b: "refused that token" in text(b, "#offline"))
+    # The right one: kept for the tab (session storage), never in the address.
+    field = browser.find_element(By.ID, "token-input")
+    field.send_keys(token)
+    field.submit()
+    wait.until(lambda b: not b.find_element(By.ID, "token-form").is_displayed())
+    assert browser.current_url == base + "/" and token not in browser.current_url
     # Before any worker: the page says so.
     wait.until(lambda b: text(b, "#workers tbody") == "No worker has registered yet.")
     assert text(browser, "#pipeline-state") == "starting" and text(browser, "#fact-workers") == "0 / 2"

@@ -6,12 +6,14 @@ service hardened and limited, the networks separated; and the secrets
 from __future__ import annotations
 
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from sparkpoint.secrets import read_secret
+from sparkpoint.secrets import UnsafeSecretsDirectory, read_secret
 from sparkpoint.stack_secrets import CERTIFICATES, COMPOSE_SECRETS, ensure_compose_secrets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,3 +151,25 @@ def test_make_up_generates_random_secrets_once_out_of_reach(tmp_path):
 def test_the_secrets_are_kept_out_of_git_and_of_the_images():
     assert "/.secrets/" in (REPO / ".gitignore").read_text().splitlines()
     assert "!.secrets" not in (REPO / ".dockerignore").read_text()
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777])
+def test_a_secrets_directory_others_can_write_is_refused_before_anything_is_written(tmp_path, mode):
+    directory = tmp_path / ".secrets"
+    directory.mkdir()
+    directory.chmod(mode)
+    with pytest.raises(UnsafeSecretsDirectory, match=rf"\.secrets: writable by others \(mode 0{mode:o}\).*chmod 700"):
+        ensure_compose_secrets(directory)
+    assert list(directory.iterdir()) == []
+    directory.chmod(0o700)          # made private: used
+    assert ensure_compose_secrets(directory)
+
+
+def test_make_up_names_an_unsafe_secrets_directory_in_one_line(tmp_path):
+    directory = tmp_path / ".secrets"
+    directory.mkdir(mode=0o777)
+    directory.chmod(0o777)
+    done = subprocess.run([sys.executable, "-m", "sparkpoint.stack_secrets", str(directory)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.startswith("make up: ") and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

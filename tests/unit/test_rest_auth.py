@@ -79,7 +79,7 @@ def test_health_is_open(anonymous):
 
 def test_the_status_pages_shell_is_open_and_its_data_is_not(anonymous):
     """The page loads without the token; every request its script makes for
-    data needs it (the script sends what /#token= gave it)."""
+    data needs it (the script sends what its token form was given)."""
     for path in ("/", "/static/page.js", "/static/page.css", "/static/favicon.svg"):
         assert anonymous.get(path).status_code == 200, path
     script = anonymous.get("/static/page.js").text

@@ -68,18 +68,27 @@ function workerColor(workerId, workers) {
 }
 
 // -- the API token -----------------------------------------------------------------------
-// The page itself is open; its data needs the REST token (SP_API_TOKEN_FILE). It comes
-// once in the address, /#token=<token> (what `make up` prints), is kept for this tab
-// only, and leaves the address bar (and the browser's history) at once.
+// The page itself is open; its data needs the REST token (SP_API_TOKEN_FILE). The page
+// asks for it when the controller refuses the page's calls, and keeps it for this tab
+// only (session storage): never in an address, so never in the browser's history.
 const TOKEN_KEY = "sparkpoint-api-token";
 
-function takeTokenFromAddress() {
-  const given = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (given) {
-    sessionStorage.setItem(TOKEN_KEY, given);
-    window.history.replaceState(null, "", location.pathname + location.search);  // (plain `history` is the charts')
-  }
+function askForToken(refused) {
+  const form = document.getElementById("token-form");
+  if (!form.hidden) return;
+  if (refused) sessionStorage.removeItem(TOKEN_KEY);
+  form.hidden = false;
+  document.getElementById("token-input").focus();
 }
+
+document.getElementById("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const input = document.getElementById("token-input");
+  sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+  input.value = "";
+  document.getElementById("token-form").hidden = true;
+  refreshNow();
+});
 
 function authHeaders() {
   const token = sessionStorage.getItem(TOKEN_KEY);
@@ -337,16 +346,26 @@ async function refresh() {
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB", { hour12: false })}`;
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   } catch (error) {
-    banner.textContent = error instanceof Unauthorized
-      ? "The controller needs its API token: open this page as /#token=<the token in SP_API_TOKEN_FILE> " +
-        "(make up prints the address)."
-      : `Cannot reach the controller (${error.message}); retrying every ${REFRESH_MS / 1000} s.`;
+    if (error instanceof Unauthorized) {
+      const refused = Boolean(sessionStorage.getItem(TOKEN_KEY));
+      banner.textContent = refused
+        ? "The controller refused that token: paste the one in its SP_API_TOKEN_FILE (make up's: .secrets/api-token)."
+        : "The controller needs its API token: paste the one in its SP_API_TOKEN_FILE (make up's: .secrets/api-token).";
+      askForToken(refused);
+    } else {
+      banner.textContent = `Cannot reach the controller (${error.message}); retrying every ${REFRESH_MS / 1000} s.`;
+    }
     banner.hidden = false;
   } finally {
-    setTimeout(refresh, REFRESH_MS);
+    clearTimeout(scheduled);          // one timer, even after a refresh the token form started early
+    scheduled = setTimeout(refresh, REFRESH_MS);
   }
 }
 
-takeTokenFromAddress();
-window.addEventListener("hashchange", takeTokenFromAddress);   // a token pasted into an open tab
+let scheduled = null;
+function refreshNow() {
+  clearTimeout(scheduled);
+  refresh();
+}
+
 refresh();

@@ -569,8 +569,9 @@ def test_each_sink_gets_its_contract_target_and_staging(tmp_path, freq, files_co
     assert (built["enriched_pg"].contract, built["enriched_pg"].book.contract) == \
         (SinkContract.TRANSACTIONAL, Contract.ON_COMPLETION)
     assert isinstance(built["vwap_pg"].target, PostgresUpsertTarget)
+    # Its aggregate emits updates (an upsert's default): every staged batch is published, not only the newest.
     assert (built["vwap_pg"].contract, built["vwap_pg"].book.contract, built["vwap_pg"].book.complete) == \
-        (SinkContract.UPSERT, Contract.IMMEDIATE, True)
+        (SinkContract.UPSERT, Contract.IMMEDIATE, False)
     assert isinstance(built["enriched_out"].target, FilesTarget)
     assert (built["enriched_out"].contract, built["enriched_out"].book.contract) == (files_contract, files_schedule)
     assert built["enriched_out"].target.directory == tmp_path / "out" / "trades_enriched"

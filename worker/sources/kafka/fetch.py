@@ -61,9 +61,11 @@ def read_range(config: Mapping[str, str], topic: str, partition: int, start: int
         position, last_progress = start, time.monotonic()
         chunk = Chunk(topic, partition)
         while position < end:
-            messages = consumer.consume(num_messages=min(CHUNK_RECORDS, end - position), timeout=0.5)
-            records = [message for message in messages if message.error() is None]
-            if len(records) < len(messages):
+            messages = [message for message in consumer.consume(num_messages=min(CHUNK_RECORDS, end - position),
+                                                                 timeout=0.5) if _ours(message, topic, partition)]
+            # Only records at or past the position: one delivered again (a stale fetch) is not read twice.
+            records = [message for message in messages if message.error() is None and message.offset() >= position]
+            if any(message.error() is not None for message in messages):
                 position = _events(messages, topic, partition, position, end, KafkaError)
             if records:
                 if records[-1].offset() >= end:     # this call took records past the range
@@ -82,6 +84,14 @@ def read_range(config: Mapping[str, str], topic: str, partition: int, start: int
                 chunk = Chunk(topic, partition)
     finally:
         consumer.unassign()     # nothing fetched between batches: an idle trigger costs Kafka nothing
+
+
+def _ours(message: Any, topic: str, partition: int) -> bool:
+    """A record or event of the range's own partition, or a client-wide event
+    (no partition). Anything else (left from the consumer's previous
+    assignment, after a broker restart say) must not be taken for this
+    partition's: its offsets would move the position, skipping records."""
+    return message.topic() is None or (message.topic() == topic and message.partition() == partition)
 
 
 def _events(messages: list[Any], topic: str, partition: int, position: int, end: int, errors: Any) -> int:

@@ -61,12 +61,21 @@ def read_range(config: Mapping[str, str], topic: str, partition: int, start: int
         position, last_progress = start, time.monotonic()
         chunk = Chunk(topic, partition)
         while position < end:
-            messages = [message for message in consumer.consume(num_messages=min(CHUNK_RECORDS, end - position),
-                                                                 timeout=0.5) if _ours(message, topic, partition)]
-            # Only records at or past the position: one delivered again (a stale fetch) is not read twice.
-            records = [message for message in messages if message.error() is None and message.offset() >= position]
-            if any(message.error() is not None for message in messages):
-                position = _events(messages, topic, partition, position, end, KafkaError)
+            # One pass over what the client delivered (the hot path): this partition's records at or past
+            # the position, its events and client-wide ones (no partition). A record or event left from the
+            # consumer's previous assignment (after a broker restart, say), or a record delivered again,
+            # would move the position past records never read.
+            records, events, delivered = [], [], False
+            for message in consumer.consume(num_messages=min(CHUNK_RECORDS, end - position), timeout=0.5):
+                if message.error() is not None:
+                    if message.topic() is None or (message.partition() == partition and message.topic() == topic):
+                        events.append(message)
+                elif message.partition() == partition and message.topic() == topic:
+                    delivered = True
+                    if message.offset() >= position:
+                        records.append(message)
+            if events:
+                position = _events(events, topic, partition, position, end, KafkaError)
             if records:
                 if records[-1].offset() >= end:     # this call took records past the range
                     records = [message for message in records if message.offset() < end]
@@ -74,7 +83,7 @@ def read_range(config: Mapping[str, str], topic: str, partition: int, start: int
                 else:
                     position = max(position, records[-1].offset() + 1)
                 chunk.messages += records
-            if messages:
+            if delivered or events:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
                 raise KafkaStalled(f"topic {topic!r} partition {partition}: no record for {stall_timeout_s:.0f} s "
@@ -84,14 +93,6 @@ def read_range(config: Mapping[str, str], topic: str, partition: int, start: int
                 chunk = Chunk(topic, partition)
     finally:
         consumer.unassign()     # nothing fetched between batches: an idle trigger costs Kafka nothing
-
-
-def _ours(message: Any, topic: str, partition: int) -> bool:
-    """A record or event of the range's own partition, or a client-wide event
-    (no partition). Anything else (left from the consumer's previous
-    assignment, after a broker restart say) must not be taken for this
-    partition's: its offsets would move the position, skipping records."""
-    return message.topic() is None or (message.topic() == topic and message.partition() == partition)
 
 
 def _events(messages: list[Any], topic: str, partition: int, position: int, end: int, errors: Any) -> int:

@@ -60,7 +60,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.measure import percentile  # noqa: E402
-from bench.report import publish_json, publish_table, python_loop_s, unused_name  # noqa: E402
+from bench.report import overrides_text, publish_json, publish_table, python_loop_s, unused_name  # noqa: E402
 from bench.throughput import parse_rounds, parse_settings  # noqa: E402
 from sparkpoint.devstack import LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.producer import trades  # noqa: E402
@@ -413,7 +413,7 @@ def table(args: argparse.Namespace, runs: dict[str, list[dict]], overrides: dict
             counts = f"{r['checkpoints']} / {r['dropped_checkpoints']}" if "checkpoints" in r else ""
             lines.append(f"| {round_ + 1} | {variant} | {figures} | {r['seen']:,} / {r['events']:,} "
                          f"| {' '.join(f'{p:.2f}' for p in r['p99_by_slice'])} | {r['gaps']} | {counts} |")
-    settings = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
+    settings = overrides_text(overrides)
     lines += ["", f"Broker: noida-db (tests/kafkaserver.py) on 127.0.0.1, on the same 2-core machine, a fresh one "
               f"per run; input and output topics of {PARTITIONS} partitions. Visibility checked every "
               f"{SWEEP_S * 1000:.0f} ms (latencies up to that late). Baseline: confluent-kafka in the benchmark's "

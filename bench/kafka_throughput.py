@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa  # noqa: E402
 import pyarrow.json as pa_json  # noqa: E402
 
-from bench.report import publish_json, publish_table, python_loop_s, unused_name  # noqa: E402
+from bench.report import overrides_text, publish_json, publish_table, python_loop_s, unused_name  # noqa: E402
 from bench.throughput import (  # noqa: E402
     PARTITIONS,
     REPORT_INTERVAL_MS,
@@ -141,7 +141,7 @@ def table(args: argparse.Namespace, runs: dict[str, list[dict]], overrides: dict
     for variant, values in rates.items():
         lines.append(f"| {variant} | {statistics.median(values):,.0f} | {min(values):,.0f} | {max(values):,.0f} "
                      f"| {statistics.median(values) / consumer:.2f} |")
-    settings = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
+    settings = overrides_text(overrides)
     lines += ["", f"Broker: noida-db (tests/kafkaserver.py) on 127.0.0.1, topic of {PARTITIONS} partitions; "
               f"consumers with {CONSUMER_CONFIG} (the broker's fetch answers ignore fetch.max.bytes). "
               f"Sparkpoint: the worker's shipped defaults, reports every {REPORT_INTERVAL_MS} ms; overrides: "

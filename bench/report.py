@@ -24,6 +24,11 @@ def python_loop_s(additions: int = 20_000_000) -> float:
     return time.perf_counter() - started
 
 
+def overrides_text(overrides: dict[str, str]) -> str:
+    """The settings a run overrode (``--set``), as a results note names them."""
+    return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
+
+
 def spread_row(label: str, values: list[float], fmt: str) -> str:
     """``| label | median | min | max |`` with each figure formatted by ``fmt``."""
     return (f"| {label} | {statistics.median(values):{fmt}} | {min(values):{fmt}} "

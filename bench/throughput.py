@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.measure import StatusPoll, percentile, polled_rate, spark_rate  # noqa: E402
-from bench.report import publish_json, publish_table, unused_name  # noqa: E402
+from bench.report import overrides_text, publish_json, publish_table, unused_name  # noqa: E402
 from sparkpoint.devstack import REPO, LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
 from sparkpoint.producer import write_trades  # noqa: E402
@@ -186,7 +186,7 @@ def table(args: argparse.Namespace, runs: dict[str, list[dict]], overrides: dict
         note = f"{partial} run(s) cut at {args.limit:.0f} s" if partial else ""
         lines.append(f"| {variant} | {median(values):,.0f} | {min(values):,.0f} | {max(values):,.0f} "
                      f"| {median(values) / spark:.2f} | {ratio} | {ckpt} | {counts} | {note} |")
-    settings = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
+    settings = overrides_text(overrides)
     lines += ["", f"Spark variants: local[2], 2 shuffle partitions, about {args.batch:,} events per batch. "
               f"Sparkpoint: the worker's shipped defaults, SP_CHECKPOINT_FREQ 1000 (nockpt: 0), reports every "
               f"{report_interval_ms} ms (the resolution of its time); "

@@ -44,6 +44,11 @@ class Node:
     def is_stateful(self) -> bool:
         return self.kind in ("aggregate", "deduplicate")
 
+    @property
+    def is_upsert(self) -> bool:
+        """A PostgreSQL sink upserting on a key (``to_postgres(key=, version=)``)."""
+        return self.kind == "sink.postgres" and "key" in self.params
+
 
 class Operator:
     """An unattached node; ``stream | operator`` attaches it."""
@@ -90,7 +95,7 @@ class Stream:
         if aggregate is None:
             return False
         emit = aggregate.params.get("emit")
-        return emit == "updates" if emit else self.sink.kind == "sink.postgres" and "key" in self.sink.params
+        return emit == "updates" if emit else self.sink.is_upsert
 
     @property
     def complete(self) -> bool:
@@ -103,7 +108,7 @@ class Stream:
     def publishes_immediately(self) -> bool:
         """Whether the branch's output is published as batches come (upsert,
         console), not on checkpoint completion."""
-        return self.sink.kind == "sink.console" or (self.sink.kind == "sink.postgres" and "key" in self.sink.params)
+        return self.sink.kind == "sink.console" or self.sink.is_upsert
 
 
 @dataclass(frozen=True)
@@ -153,7 +158,7 @@ def _check_emit(branch: Stream) -> None:
     key's row, Kafka and the console pass each change on; files and a
     transactional table would append a row per change of a key."""
     sink = branch.sink
-    if not branch.emits_updates or sink.kind in ("sink.kafka", "sink.console") or "key" in sink.params:
+    if not branch.emits_updates or sink.kind in ("sink.kafka", "sink.console") or sink.is_upsert:
         return
     what = "files" if sink.kind == "sink.files" else "a transactional PostgreSQL table"
     raise PipelineError(

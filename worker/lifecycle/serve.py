@@ -66,7 +66,7 @@ from worker.lifecycle.restoring import (
 from worker.publishing.publisher import Publisher
 from worker.publishing.sinks import publications
 from worker.runtime.progress import summarize_error
-from worker.runtime.queries import checkpoint_phase_ms, kafka_data_losses, kafka_topics, source_logs
+from worker.runtime.queries import checkpoint_phase_ms, kafka_data_losses, kafka_queries, kafka_topics, source_logs
 from worker.settings import WorkerSettings
 from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
 from worker.sources.kafka.groups import GroupOffsets
@@ -145,7 +145,7 @@ def wait_for_sources(pipeline: Pipeline, settings: WorkerSettings, stop: threadi
 
 def kafka_groups(pipeline: Pipeline, settings: WorkerSettings, query_root: Path) -> GroupOffsets | None:
     """The consumer-group offsets of the queries that read Kafka (None: none does)."""
-    queries = {q.name: query_root / q.name for q in pipeline.queries() if q.stem[0].kind == "source.kafka"}
+    queries = {q.name: query_root / q.name for q in kafka_queries(pipeline)}
     return GroupOffsets(*settings.kafka, queries) if queries else None
 
 

@@ -91,10 +91,15 @@ def kafka_topics(pipeline: Pipeline) -> list[str]:
     return sorted({topic for node in pipeline.nodes() if node.kind == "source.kafka" for topic in node.params["topics"]})
 
 
+def kafka_queries(pipeline: Pipeline) -> list[Query]:
+    """The pipeline's queries that read Kafka."""
+    return [query for query in pipeline.queries() if query.source.kind == "source.kafka"]
+
+
 def kafka_data_losses(pipeline: Pipeline, records: Path) -> dict[str, Path]:
     """Each query reading Kafka: the file of the data losses its source went
     on past, as ``start_query`` with ``records`` has it record them."""
-    return {q.name: losses_file(records / q.name) for q in pipeline.queries() if q.stem[0].kind == "source.kafka"}
+    return {q.name: losses_file(records / q.name) for q in kafka_queries(pipeline)}
 
 
 def _read(spark: SparkSession, node: Node, settings: WorkerSettings, cap: int | None,

@@ -202,6 +202,8 @@ class QueryProgress:
     latest_offsets: dict[str, int] = field(default_factory=dict)
     # Records its Kafka source found gone and went on past (fail_on_data_loss=False): how many times.
     data_losses: int = 0
+    # Rows each stateful node dropped behind its watermark in this run (node name -> rows).
+    late_rows: dict[str, int] = field(default_factory=dict)
 
     @property
     def lag_bytes(self) -> int:

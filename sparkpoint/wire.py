@@ -178,7 +178,7 @@ def report_to_pb(report: ProgressReport) -> pb.ProgressReport:
         queries=[pb.QueryProgress(name=q.name, batch_id=q.batch_id, offsets=q.offsets,
                                   rows_processed=q.rows_processed, rows_per_second=q.rows_per_second,
                                   active=q.active, error=q.error, latest_offsets=q.latest_offsets,
-                                  data_losses=q.data_losses)
+                                  data_losses=q.data_losses, late_rows=q.late_rows)
                  for q in report.queries],
         dropped_checkpoints=report.dropped_checkpoints,
         failed_checkpoints=report.failed_checkpoints,
@@ -214,7 +214,8 @@ def report_from_pb(request: pb.ProgressReport) -> ProgressReport:
         # A state this controller does not know yet: starting (it promises nothing).
         state=_WORKER_STATES_FROM_PB.get(request.state, WorkerState.STARTING),
         queries=tuple(QueryProgress(q.name, q.batch_id, dict(q.offsets), q.rows_processed, q.rows_per_second,
-                                    q.active, q.error, dict(q.latest_offsets), q.data_losses)
+                                    q.active, q.error, dict(q.latest_offsets), q.data_losses,
+                                    dict(q.late_rows))
                       for q in request.queries),
         dropped_checkpoints=request.dropped_checkpoints,
         failed_checkpoints=request.failed_checkpoints,

@@ -192,6 +192,10 @@ def _query(query: QueryProgress, field: str) -> QueryProgress:
     _offsets(query.latest_offsets, f"{field}.latest_offsets")
     _integer(query.rows_processed, f"{field}.rows_processed")
     _integer(query.data_losses, f"{field}.data_losses")
+    _count(query.late_rows, f"{field}.late_rows", limits.MAX_NODES)
+    for node, rows in query.late_rows.items():
+        name(node, f"{field}.late_rows")
+        _integer(rows, f"{field}.late_rows[{node}]")
     _real(query.rows_per_second, f"{field}.rows_per_second")
     return replace(query, error=clip(query.error, limits.TEXT_MAX))
 

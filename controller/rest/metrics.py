@@ -166,6 +166,11 @@ SINK_FAMILIES: list[tuple[Family, Callable[[SinkView], float]]] = [
 KAFKA_LAG = Family("sparkpoint_query_kafka_lag_records", "Consumer lag: records of the Kafka partition past the "
                    "query's last batch, as of its planning.", ("worker", "query", "topic", "partition"))
 
+LATE_ROWS = Family("sparkpoint_node_late_rows_total", "Rows the stateful node dropped as later than its "
+                   "watermark allows, in the worker's run, as Spark counts them (after a window's partial "
+                   "aggregation: one key's late records of one window in one batch count once).",
+                   ("worker", "query", "node"), counter=True)
+
 SINK_INFO = Family("sparkpoint_sink_info", "Each sink's target and delivery contract (always 1).",
                    ("worker", "sink", "target", "contract"))
 
@@ -209,6 +214,8 @@ def families(readings: Readings) -> Iterator[Metric]:
         yield family.build(([w.worker_id, q.name], value(q)) for w in workers for q in w.queries)
     yield KAFKA_LAG.build(([w.worker_id, q.name, *_topic_partition(key)], records) for w in workers
                           for q in w.queries for key, records in q.kafka_lag.items())
+    yield LATE_ROWS.build(([w.worker_id, q.name, node], rows) for w in workers for q in w.queries
+                          for node, rows in q.late_rows.items())
     yield SINK_INFO.build(([w.worker_id, s.name, s.target, s.contract.value], 1.0) for w in workers for s in w.sinks)
     for family, value in SINK_FAMILIES:
         yield family.build(([w.worker_id, s.name], value(s)) for w in workers for s in w.sinks)

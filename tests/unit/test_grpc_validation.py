@@ -306,6 +306,11 @@ def report(**fields) -> ProgressReport:
     (report(queries=(QueryProgress("q", latest_offsets={str(p): 1 for p in range(limits.MAX_PARTITIONS + 1)}),)),
      "queries[0].latest_offsets"),
     (report(sinks=(SinkProgress("s", retries=-1),)), "sinks[0].retries"),
+    # Late rows per stateful node: node names, counts of 0 or more, bounded.
+    (report(queries=(QueryProgress("q", late_rows={"../w": 1}),)), "queries[0].late_rows"),
+    (report(queries=(QueryProgress("q", late_rows={"w": -1}),)), "queries[0].late_rows[w]"),
+    (report(queries=(QueryProgress("q", late_rows={f"w{i}": 1 for i in range(limits.MAX_NODES + 1)}),)),
+     "queries[0].late_rows"),
     (report(recovery=Recovery(started_at=float("nan"))), "recovery.started_at"),
     (report(recovery=Recovery(duration_ms=float("inf"))), "recovery.duration_ms"),
     (report(recovery=Recovery(duration_ms=-1.0)), "recovery.duration_ms"),

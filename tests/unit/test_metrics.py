@@ -72,6 +72,7 @@ FAMILIES = {
     "sparkpoint_query_active": "gauge",
     "sparkpoint_query_kafka_lag_records": "gauge",
     "sparkpoint_query_source_data_losses": "counter",
+    "sparkpoint_node_late_rows": "counter",
     "sparkpoint_sink_info": "gauge",
     "sparkpoint_sink_published_batch_id": "gauge",
     "sparkpoint_sink_published_checkpoint_id": "gauge",
@@ -112,7 +113,7 @@ def run_a_while(service, clock) -> None:
     service.stand_by(StandbyReport("w0", "c0ffee", 7, StandbyState.READY))
     # Reading a log's partitions 0 and 2 and a Kafka topic's (whose partition 4 is new).
     query = QueryProgress("vwap_out", batch_id=41, offsets={"0": 1000, "2": 400, "trades:0": 70, "trades:2": 10},
-                          rows_processed=250, rows_per_second=48.5, data_losses=2,
+                          rows_processed=250, rows_per_second=48.5, data_losses=2, late_rows={"vwap": 9},
                           latest_offsets={"0": 1600, "2": 500, "trades:0": 100, "trades:2": 10, "trades:4": 5})
     sink = SinkProgress("vwap_out", "files vwap (transactional)", SinkContract.TRANSACTIONAL, SinkState.WAITING,
                         "OSError: disk full", waiting_since=clock.now - 30, next_retry_at=clock.now + 2,
@@ -207,6 +208,7 @@ def test_values_are_the_controllers_state_at_scrape_time(service, clock, rest):
     assert value(m, "sparkpoint_query_source_data_losses", "sparkpoint_query_source_data_losses_total", **labels) == 2
     assert [value(m, "sparkpoint_query_kafka_lag_records", topic="trades", partition=p, **labels)
             for p in ("0", "2", "4")] == [30, 0, 5]
+    assert value(m, "sparkpoint_node_late_rows", "sparkpoint_node_late_rows_total", node="vwap", **labels) == 9
     # per sink
     labels = {"worker": "w0", "sink": "vwap_out"}
     assert value(m, "sparkpoint_sink_info", target="files vwap (transactional)", contract="transactional",

@@ -56,7 +56,7 @@ def test_registration_and_its_result_round_trip():
 def test_a_full_report_round_trips():
     report = ProgressReport(
         worker_id="worker-0", session_id="s1", seq=4, state=WorkerState.RECOVERING,
-        queries=(QueryProgress("out", 5, {"0": 480}, 20, 12.5, True, "", {"0": 700}),
+        queries=(QueryProgress("out", 5, {"0": 480}, 20, 12.5, True, "", {"0": 700}, 1, {"bars": 3}),
                  QueryProgress("agg", 2, active=False, error="boom")),
         dropped_checkpoints=2, failed_checkpoints=1, checkpoint_error="checkpoint 3: OSError: disk full",
         restored_checkpoint_id=3, recovery=Recovery(True, 1000, 400, 1700000000.25, 0.0),

@@ -17,10 +17,12 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from worker.api.eventtime import session_window, watermark, watermark_params, window
 from worker.api.graph import Node, Operator, Pipeline, PipelineError, Stream
 from worker.api.loader import record_pipeline
 
-__all__ = ["read", "write", "map", "filter", "aggregate", "deduplicate", "run", "Pipeline", "PipelineError"]
+__all__ = ["read", "write", "map", "filter", "aggregate", "deduplicate", "watermark", "window", "session_window",
+           "run", "Pipeline", "PipelineError"]
 
 KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # The record fields from_kafka(metadata=...) adds as columns, in their order.
@@ -32,7 +34,8 @@ TABLE_PATTERN = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 class _Read:
     @staticmethod
     def from_log(log: str, *, schema: str, name: str | None = None,
-                 max_records_per_batch: int | None = None, bounded: bool = False) -> Stream:
+                 max_records_per_batch: int | None = None, bounded: bool = False,
+                 watermark: str | None = None, lateness: str | None = None) -> Stream:
         """Read the event log ``log`` under ``SP_LOG_DIR``; this worker reads only its partitions.
 
         ``schema`` is a Spark DDL string of the event fields. ``max_records_per_batch``
@@ -43,6 +46,8 @@ class _Read:
         node has finished, the node is *finished*: checkpoints record it, a
         restart leaves it finished, and a changed pipeline is refused unless
         ``SP_FORCE_GRAPH_CHANGE=true``.
+        ``watermark`` and ``lateness``: the event-time column and how late a
+        record may be, as ``sp.watermark`` declares them.
         """
         if max_records_per_batch is not None and max_records_per_batch < 1:
             raise PipelineError(f"from_log({log!r}): max_records_per_batch must be positive")
@@ -51,13 +56,15 @@ class _Read:
             params["max_records_per_batch"] = max_records_per_batch
         if bounded:
             params["bounded"] = True
+        params.update(_source_watermark(f"from_log({log!r})", watermark, lateness))
         return Stream((Node("source.log", params, name),))
 
     @staticmethod
     def from_kafka(topics: str | list[str], *, schema: str, name: str | None = None,
                    starting_offsets: str | Mapping[str, Mapping[int, int]] = "earliest",
                    max_records_per_batch: int | None = None, bounded: bool = False, fail_on_data_loss: bool = True,
-                   metadata: list[str] | tuple[str, ...] = ()) -> Stream:
+                   metadata: list[str] | tuple[str, ...] = (), watermark: str | None = None,
+                   lateness: str | None = None) -> Stream:
         """Read the Kafka topic(s) ``topics`` (brokers from ``SP_KAFKA_BOOTSTRAP``);
         this worker reads only its partitions of each (``p % SP_WORKER_COUNT ==
         SP_WORKER_INDEX``), with ``read_committed`` unless ``SP_KAFKA_CONFIG`` says
@@ -78,7 +85,8 @@ class _Read:
         their backlog). ``fail_on_data_loss``: records the pipeline was to read and
         Kafka no longer holds (retention, a partition gone, a topic recreated) fail
         the query, naming topic, partition and offsets; ``False`` logs them and goes
-        on from the earliest offsets Kafka has.
+        on from the earliest offsets Kafka has. ``watermark`` and ``lateness``
+        as for ``from_log``.
         """
         names = [topics] if isinstance(topics, str) else list(topics)
         if not names or any(not isinstance(t, str) or not KAFKA_TOPIC.match(t) for t in names):
@@ -99,7 +107,18 @@ class _Read:
             params["fail_on_data_loss"] = False
         if metadata:
             params["metadata"] = [field for field in KAFKA_METADATA if field in metadata]
+        params.update(_source_watermark(label, watermark, lateness))
         return Stream((Node("source.kafka", params, name),))
+
+
+def _source_watermark(label: str, column: str | None, lateness: str | None) -> dict[str, str]:
+    """A source's watermark parameters: both or neither."""
+    if column is None and lateness is None:
+        return {}
+    if column is None or lateness is None:
+        raise PipelineError(f"{label}: a watermark needs both watermark= (the event-time column) and lateness= "
+                            "(how late a record may be, e.g. '10 seconds')")
+    return watermark_params(label, column, lateness)
 
 
 def _starting_offsets(label: str, given: str | Mapping[str, Mapping[int, int]]) -> str:
@@ -255,15 +274,22 @@ def aggregate(by: str | list[str], aggregations: Mapping[str, str], *, emit: str
     return Operator(Node("aggregate", params, name))
 
 
-def deduplicate(by: str | list[str], *, name: str | None = None) -> Operator:
+def deduplicate(by: str | list[str], *, within_watermark: bool = False, name: str | None = None) -> Operator:
     """Drop rows whose ``by`` columns were seen before (e.g. an event id
-    delivered twice). Stateful: name it. Its state holds every key seen, for
-    the life of the pipeline.
+    delivered twice). Stateful: name it.
+
+    By default its state holds every key seen, for the life of the
+    pipeline: for sources without event time. ``within_watermark=True``
+    (Spark's ``dropDuplicatesWithinWatermark``; needs a watermark upstream):
+    a key is remembered until the watermark passes its first event time by
+    the lateness, then forgotten, so the state stays as large as the keys
+    of that span; duplicates further apart than that are not caught.
     """
     keys = [by] if isinstance(by, str) else list(by)
     if not keys:
         raise PipelineError("sp.deduplicate() needs key columns")
-    return Operator(Node("deduplicate", {"by": keys}, name))
+    return Operator(Node("deduplicate", {"by": keys, **({"within_watermark": True} if within_watermark else {})},
+                         name))
 
 
 def run(*streams: Stream) -> Pipeline:

@@ -42,7 +42,18 @@ class Node:
 
     @property
     def is_stateful(self) -> bool:
-        return self.kind in ("aggregate", "deduplicate")
+        return self.kind in ("aggregate", "window", "deduplicate")
+
+    @property
+    def is_aggregation(self) -> bool:
+        """A running aggregate or a window: each branch has at most one."""
+        return self.kind in ("aggregate", "window")
+
+    @property
+    def watermark(self) -> str | None:
+        """The event-time column this node declares a watermark on (a
+        source's ``watermark=``, or ``sp.watermark``), if any."""
+        return self.params.get("watermark") if self.is_source or self.kind == "watermark" else None
 
     @property
     def is_upsert(self) -> bool:
@@ -84,13 +95,14 @@ class Stream:
 
     @property
     def aggregate(self) -> Node | None:
-        return next((node for node in self.nodes if node.kind == "aggregate"), None)
+        """The branch's aggregation: a running aggregate or a window."""
+        return next((node for node in self.nodes if node.is_aggregation), None)
 
     @property
     def emits_updates(self) -> bool:
-        """Whether the branch aggregates and each batch writes only the keys it
-        changed (Spark's update mode): ``sp.aggregate(emit="updates")``, and by
-        default into an upsert sink."""
+        """Whether the branch aggregates and each batch writes only the keys
+        (or windows) it changed (Spark's update mode): ``emit="updates"``,
+        and an ``sp.aggregate`` into an upsert sink by default."""
         aggregate = self.aggregate
         if aggregate is None:
             return False
@@ -101,8 +113,10 @@ class Stream:
     def complete(self) -> bool:
         """Whether each batch the branch writes is the whole result table of
         its aggregate (Spark's complete mode): ``emit="table"``, and by default
-        into any sink but an upsert."""
-        return self.aggregate is not None and not self.emits_updates
+        an ``sp.aggregate`` into any sink but an upsert. (A window emits
+        ``"final"`` windows or ``"updates"``, never the table.)"""
+        aggregate = self.aggregate
+        return aggregate is not None and aggregate.kind == "aggregate" and not self.emits_updates
 
     @property
     def publishes_immediately(self) -> bool:
@@ -161,10 +175,37 @@ def _check_emit(branch: Stream) -> None:
     if not branch.emits_updates or sink.kind in ("sink.kafka", "sink.console") or sink.is_upsert:
         return
     what = "files" if sink.kind == "sink.files" else "a transactional PostgreSQL table"
+    instead = ("emit='final' (each window once, when the watermark passes its end)" if branch.aggregate.kind == "window"
+               else "emit='table' (the whole table each batch)")
     raise PipelineError(
         f"node {branch.aggregate.name!r}: emit='updates' writes only the keys each batch changed, but sink "
         f"{sink.name!r} ({what}) appends what it is given, so a key would get a row per change: use "
-        "emit='table' (the whole table each batch) or an upsert sink (sp.write.to_postgres(table, key=, version=))")
+        f"{instead} or an upsert sink (sp.write.to_postgres(table, key=, version=))")
+
+
+def _check_event_time(branch: Stream) -> None:
+    """What needs a watermark has one upstream, on its own column; one
+    aggregation per branch (Spark's update and complete modes allow one)."""
+    watermark: str | None = None
+    aggregation: Node | None = None
+    for node in branch.nodes:
+        watermark = node.watermark or watermark
+        if node.is_aggregation:
+            if aggregation is not None:
+                raise PipelineError(f"node {node.name!r}: a branch aggregates once, and {aggregation.name!r} already "
+                                    "does: write the first aggregation to a sink and read it from there")
+            aggregation = node
+        if node.kind == "window" and node.params["emit"] == "final" and watermark != node.params["time"]:
+            raise PipelineError(
+                f"node {node.name!r}: a final window is emitted when the watermark passes its end, and "
+                + (f"the watermark is on {watermark!r}, not {node.params['time']!r}" if watermark else
+                   "no watermark is declared before it")
+                + f": declare one on {node.params['time']!r} (watermark=/lateness= on the source, or "
+                  "sp.watermark()), or emit='updates'")
+        if node.kind == "deduplicate" and node.params.get("within_watermark") and watermark is None:
+            raise PipelineError(f"node {node.name!r}: deduplicate(within_watermark=True) forgets keys once the "
+                                "watermark passes them, and no watermark is declared before it: declare one "
+                                "(watermark=/lateness= on the source, or sp.watermark())")
 
 
 def _shares_a_query(branch: Stream) -> bool:
@@ -219,6 +260,7 @@ class Pipeline:
         pipeline = cls(tuple(branches))
         pipeline._assign_names()
         for branch in branches:
+            _check_event_time(branch)
             _check_emit(branch)
         return pipeline
 

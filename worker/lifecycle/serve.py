@@ -65,7 +65,7 @@ from worker.lifecycle.restoring import (
 )
 from worker.publishing.publisher import Publisher
 from worker.publishing.sinks import publications
-from worker.runtime.progress import summarize_error
+from worker.runtime.progress import ProgressTracker, stateful_operators, summarize_error
 from worker.runtime.queries import checkpoint_phase_ms, kafka_data_losses, kafka_queries, kafka_topics, source_logs
 from worker.settings import WorkerSettings
 from worker.sources.kafka.broker import Broker, BrokerUnavailable, client_config
@@ -264,7 +264,8 @@ def serve(session: Session, stop: threading.Event) -> RunOutcome:
     records = settings.checkpoint_dir / "sources"
     publisher = Publisher(publications(pipeline, settings, run_dir.name, session.fence), guard=session.store.guard)
     live = LiveRun(expected_queries=len(pipeline.queries()), pipeline=pipeline, restarts=session.restarts.view,
-                   data_losses=kafka_data_losses(pipeline, records))
+                   data_losses=kafka_data_losses(pipeline, records),
+                   tracker=ProgressTracker(stateful_operators(pipeline)))
     commands = CommandExecutor(CommandBook(), session.store, settings)
     reporter = Reporter(client, lambda: live.report(publisher, commands.book, settings),
                         settings.report_interval_ms / 1000, on_reply=commands.on_reply,

@@ -10,7 +10,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,8 @@ from sparkpoint.offsets import flatten
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from worker.api.graph import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +54,28 @@ def merge_offsets(sources: list[dict], key: str = "endOffset") -> dict[str, int]
     return offsets
 
 
+def stateful_operators(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
+    """Each query's stateful nodes in the order Spark lists their operators
+    in a progress event (``stateOperators``): by operator id, which Spark
+    numbers from the sink up (``QueryLayout.operator_ids``)."""
+    return {query.name: tuple(node.name for node in reversed(query.stateful)) for query in pipeline.queries()}
+
+
+def late_rows(progress: dict, operators: tuple[str, ...], before: dict[str, int]) -> dict[str, int]:
+    """``before`` plus the rows each stateful operator of a progress event
+    dropped behind the watermark, by node name (``operators``, in Spark's order)."""
+    late = dict(before)
+    for node, operator in zip(operators, progress.get("stateOperators") or []):
+        late[node] = late.get(node, 0) + int(operator.get("numRowsDroppedByWatermark") or 0)
+    return late
+
+
 class ProgressTracker:
-    def __init__(self) -> None:
+    def __init__(self, operators: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """``operators``: each query's stateful nodes, as ``stateful_operators`` lists them."""
         self._lock = threading.Lock()
         self._queries: dict[str, QueryProgress] = {}
+        self._operators = dict(operators or {})
 
     def started(self, name: str) -> None:
         with self._lock:
@@ -70,13 +90,16 @@ class ProgressTracker:
             if batch_id < current.batch_id:
                 return  # late event: never move backwards
             rows = int(progress.get("numInputRows", 0))
+            new = batch_id != current.batch_id
             self._queries[name] = replace(
                 current,
                 batch_id=batch_id,
                 offsets=merge_offsets(progress.get("sources", [])) or current.offsets,
                 latest_offsets=merge_offsets(progress.get("sources", []), "latestOffset") or current.latest_offsets,
-                rows_processed=current.rows_processed + (rows if batch_id != current.batch_id else 0),
+                rows_processed=current.rows_processed + (rows if new else 0),
                 rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
+                late_rows=late_rows(progress, self._operators.get(name, ()), current.late_rows) if new
+                else current.late_rows,
             )
 
     def restored(self, name: str, batch_id: int, offsets: dict[str, int], *, finished: bool = False) -> None:

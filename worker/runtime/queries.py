@@ -19,6 +19,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from sparkpoint.faults import FaultInjector
 from sparkpoint.settings import SettingsError
@@ -43,7 +44,48 @@ def output_mode(query: Query) -> str:
     return "update" if query.branches[0].emits_updates else "append"
 
 
+def event_time(df: DataFrame, node: Node) -> DataFrame:
+    """``df`` with the watermark ``node`` declares, if any (a source's ``watermark=``, ``sp.watermark``)."""
+    if node.watermark is None:
+        return df
+    _require_timestamp(df, node, node.watermark, "watermark")
+    return df.withWatermark(node.watermark, node.params["lateness"])
+
+
+def _require_timestamp(df: DataFrame, node: Node, column: str, what: str) -> None:
+    """Refuse, naming the node, an event-time column that is missing or not a timestamp."""
+    types = {field.name: field.dataType for field in df.schema.fields}
+    if column not in types:
+        raise PipelineError(f"node {node.name!r}: its {what} column {column!r} is not among the columns "
+                            f"{sorted(types)}")
+    if not isinstance(types[column], (TimestampType, TimestampNTZType)):
+        raise PipelineError(f"node {node.name!r}: its {what} column {column!r} is {types[column].simpleString()}, "
+                            "not a timestamp: declare it as one in the schema, or derive one in an sp.map "
+                            "(F.to_timestamp)")
+
+
+def _aggregations(node: Node) -> list:
+    return [F.expr(expr).alias(column) for column, expr in node.params["aggregations"].items()]
+
+
+def _window(df: DataFrame, node: Node) -> DataFrame:
+    """Per window and key, the aggregations; the window as ``window_start``, ``window_end``."""
+    params = node.params
+    _require_timestamp(df, node, params["time"], "window's time")
+    if "gap" in params:
+        window = F.session_window(params["time"], params["gap"])
+    else:
+        window = F.window(params["time"], params["size"], params.get("slide", params["size"]))
+    grouped = df.groupBy(window.alias("window"), *params["by"]).agg(*_aggregations(node))
+    return grouped.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                          *params["by"], *params["aggregations"])
+
+
 def apply_node(df: DataFrame, node: Node) -> DataFrame:
+    if node.kind == "watermark":
+        return event_time(df, node)
+    if node.kind == "window":
+        return _window(df, node)
     if node.kind == "map":
         result = node.fn(df)
         if not isinstance(result, DataFrame):
@@ -53,10 +95,11 @@ def apply_node(df: DataFrame, node: Node) -> DataFrame:
         condition = node.params["condition"] if node.fn is None else node.fn(df)
         return df.filter(condition)
     if node.kind == "deduplicate":
+        if node.params.get("within_watermark"):
+            return df.dropDuplicatesWithinWatermark(node.params["by"])
         return df.dropDuplicates(node.params["by"])
     if node.kind == "aggregate":
-        aggregations = [F.expr(expr).alias(column) for column, expr in node.params["aggregations"].items()]
-        return df.groupBy(*node.params["by"]).agg(*aggregations)
+        return df.groupBy(*node.params["by"]).agg(*_aggregations(node))
     raise PipelineError(f"node {node.name!r}: unknown kind {node.kind!r}")
 
 
@@ -129,6 +172,18 @@ def single_partition(df: DataFrame, node: Node, settings: WorkerSettings) -> Dat
     return df.coalesce(1) if node.is_stateful and settings.shuffle_partitions == 1 else df
 
 
+def query_frame(spark: SparkSession, query: Query, settings: WorkerSettings, cap: int | None,
+                records: Path) -> DataFrame:
+    """The streaming DataFrame a query writes: its source (with its
+    watermark), then each node before its sinks. ``cap`` and ``records`` as
+    ``_read`` takes them."""
+    source, *transforms = query.stem
+    df = event_time(_read(spark, source, settings, cap, records), source)
+    for node in transforms:
+        df = apply_node(single_partition(df, node, settings), node)
+    return df
+
+
 def start_query(spark: SparkSession, query: Query, settings: WorkerSettings, query_root: Path,
                 staging: dict[str, Path], cap: int | None = None, records: Path | None = None) -> StreamingQuery:
     """``staging``: each staged sink's staging directory; ``cap``: records
@@ -139,10 +194,7 @@ def start_query(spark: SparkSession, query: Query, settings: WorkerSettings, que
     checkpoint does not resolve ``latest`` again; None: the query's
     working checkpoint (a rehearsal's, a benchmark's)."""
     name = query.name
-    source, *transforms = query.stem
-    df = _read(spark, source, settings, cap, (records or query_root / name / "sources") / name)
-    for node in transforms:
-        df = apply_node(single_partition(df, node, settings), node)
+    df = query_frame(spark, query, settings, cap, (records or query_root / name / "sources") / name)
     writer = (
         df.writeStream.queryName(name)
         .outputMode(output_mode(query))

@@ -34,25 +34,41 @@ def aggregate_schema(node: Node, output: StructType) -> StateSchema:
     )
 
 
+def window_schema(node: Node, output: StructType) -> StateSchema:
+    """A window node's state: the window (its kind and durations as its
+    expression: a window of another size is other state) and the ``by``
+    columns are the key; the aggregations, the value."""
+    params = node.params
+    spec = (f"session_window({params['time']}, {params['gap']})" if "gap" in params else
+            f"window({params['time']}, {params['size']}, {params.get('slide', params['size'])})")
+    aggregates = aggregate_schema(node, output)
+    window = Column("window", "struct<start:timestamp,end:timestamp>", spec)
+    return StateSchema(key=(window, *aggregates.key), value=aggregates.value)
+
+
 def deduplicate_schema(node: Node, input_: StructType) -> StateSchema:
-    """A deduplicate node's state: the key columns it has seen (no value)."""
+    """A deduplicate node's state: the key columns it has seen; within a
+    watermark, with the event time each key expires at as its value."""
     types = {f.name: f.dataType.simpleString() for f in input_.fields}
-    return StateSchema(key=tuple(Column(name, types[name]) for name in node.params["by"]), value=())
+    value = (Column("expires_at", "bigint", "within watermark"),) if node.params.get("within_watermark") else ()
+    return StateSchema(key=tuple(Column(name, types[name]) for name in node.params["by"]), value=value)
 
 
 def stateful_schemas(pipeline: Pipeline, spark: SparkSession) -> dict[str, StateSchema]:
     """Node name -> key and value columns, for every stateful node."""
-    from worker.runtime.queries import apply_node
+    from worker.runtime.queries import apply_node, event_time
 
     schemas = {}
     for branch in pipeline.branches:
         source, *transforms, _sink = branch.nodes
-        df = spark.createDataFrame([], source.params["schema"])
+        df = event_time(spark.createDataFrame([], source.params["schema"]), source)
         for node in transforms:
             before = df.schema
             df = apply_node(df, node)
             if node.kind == "deduplicate":
                 schemas[node.name] = deduplicate_schema(node, before)
+            elif node.kind == "window":
+                schemas[node.name] = window_schema(node, df.schema)
             elif node.is_stateful:
                 schemas[node.name] = aggregate_schema(node, df.schema)
     return schemas

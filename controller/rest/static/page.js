@@ -121,7 +121,16 @@ function renderHeader(status, savepoints) {
 }
 
 // -- the pipeline graph ------------------------------------------------------------------
-function renderGraph(pipeline) {
+// Rows each node dropped behind its watermark, over every worker's queries.
+function lateRows(status) {
+  const late = new Map();
+  for (const q of status.workers.flatMap((w) => w.queries)) {
+    for (const [node, rows] of Object.entries(q.late_rows || {})) late.set(node, (late.get(node) || 0) + rows);
+  }
+  return late;
+}
+
+function renderGraph(pipeline, late) {
   const box = document.getElementById("graph");
   document.getElementById("fingerprint").textContent = pipeline.fingerprint ? `fingerprint ${pipeline.fingerprint}` : "";
   if (!pipeline.nodes.length) {
@@ -164,7 +173,8 @@ function renderGraph(pipeline) {
   for (const node of pipeline.nodes) {
     const { x, y } = at.get(node.name);
     const classes = ["node", node.stateful && "stateful", node.finished && "finished"].filter(Boolean).join(" ");
-    const badge = node.finished ? "FINISHED ✓" : node.stateful ? "STATE" : "";
+    const dropped = late.has(node.name) ? ` · ${number(late.get(node.name))} late` : "";
+    const badge = node.finished ? "FINISHED ✓" : node.stateful ? `STATE${dropped}` : "";
     const title = node.name.length > 22 ? `${node.name.slice(0, 21)}…` : node.name;
     svg.append(el("svg:g", { class: classes, "data-node": node.name, transform: `translate(${x},${y})` },
       el("svg:title", { text: `${node.name} (${node.kind})` }),
@@ -337,7 +347,7 @@ async function refresh() {
     const [status, pipeline, savepoints] = await Promise.all([getJson("/status"), getJson("/pipeline"), getJson("/savepoints")]);
     const now = await refreshHistory();
     renderHeader(status, savepoints);
-    renderGraph(pipeline);
+    renderGraph(pipeline, lateRows(status));
     renderWorkers(status);
     renderSinks(status);
     renderSavepoints(savepoints);

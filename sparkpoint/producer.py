@@ -16,7 +16,7 @@ import random
 import signal
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from pydantic import Field
@@ -25,6 +25,7 @@ from sparkpoint.eventlog import EventLog, partition_for_key, record_count
 from sparkpoint.settings import HealthMaxAge, LogDir, Settings, SettingsError, exit_with_error
 
 SYMBOLS = ("AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "META", "TSLA", "IBM")
+LATE_BY_S = 600         # how far behind the wall clock a late event is (SP_PRODUCER_LATE_FRACTION)
 
 
 class ProducerSettings(Settings):
@@ -39,6 +40,14 @@ class ProducerSettings(Settings):
     count: int = Field(0, ge=0, validation_alias="SP_PRODUCER_COUNT",
                        description="stop after this many events (`0` = never)")
     seed: int = Field(1, validation_alias="SP_PRODUCER_SEED", description="random seed")
+    disorder_s: float = Field(
+        0.0, ge=0, le=3600, validation_alias="SP_PRODUCER_DISORDER",
+        description="events out of order: each event's `time` is up to this many seconds before the wall clock "
+                    "(uniformly drawn; `0` = in order)", json_schema_extra={"unit": "seconds"})
+    late_fraction: float = Field(
+        0.0, ge=0, le=1, validation_alias="SP_PRODUCER_LATE_FRACTION",
+        description=f"this share of events is late: its `time` is {LATE_BY_S // 60} minutes before the wall "
+                    "clock, past any watermark's lateness the example pipelines allow")
     kafka_bootstrap: str | None = Field(
         None, validation_alias="SP_PRODUCER_KAFKA_BOOTSTRAP",
         description="Kafka's bootstrap servers: produce to the topic `SP_PRODUCER_LOG` (created with "
@@ -46,20 +55,29 @@ class ProducerSettings(Settings):
     health_max_age_s: HealthMaxAge = Field(30, validation_alias="SP_HEALTH_MAX_AGE")
 
 
-def trades(seed: int, first_id: int = 0) -> Iterator[dict]:
-    """An endless, deterministic stream of trade events with ids from ``first_id``."""
+def trades(seed: int, first_id: int = 0, *, disorder_s: float = 0.0, late_fraction: float = 0.0) -> Iterator[dict]:
+    """An endless, deterministic stream of trade events with ids from
+    ``first_id``, stamped with the wall clock; ``disorder_s``: each up to
+    that many seconds earlier (out of order); ``late_fraction``: that share
+    ``LATE_BY_S`` earlier (late)."""
     rng = random.Random(seed * 1_000_003 + first_id)
+    # Disorder draws from a generator of its own: the trades stay those of the seed.
+    skew = random.Random(seed * 7_919 + first_id)
     prices = {sym: 100.0 + 10 * i for i, sym in enumerate(SYMBOLS)}
     event_id = first_id
     while True:
         sym = rng.choice(SYMBOLS)
         prices[sym] = max(1.0, prices[sym] * (1 + rng.gauss(0, 0.001)))
+        stamp = datetime.now(timezone.utc)
+        if disorder_s or late_fraction:
+            behind = LATE_BY_S if skew.random() < late_fraction else skew.uniform(0, disorder_s)
+            stamp -= timedelta(seconds=behind)
         yield {
             "id": event_id,
             "sym": sym,
             "price": round(prices[sym], 4),
             "size": rng.randint(1, 1000),
-            "time": datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            "time": stamp.isoformat(timespec="microseconds").replace("+00:00", "Z"),
         }
         event_id += 1
 
@@ -112,7 +130,8 @@ def run(settings: ProducerSettings) -> None:
     else:
         target = LogTarget(settings)
     written = 0
-    generator = trades(settings.seed, target.next_id())
+    generator = trades(settings.seed, target.next_id(), disorder_s=settings.disorder_s,
+                       late_fraction=settings.late_fraction)
     stopping = False
 
     def stop(*_: object) -> None:

@@ -58,7 +58,7 @@ COLLECTIONS = {
     "queries": limits.MAX_QUERIES, "sinks": limits.MAX_QUERIES,
     "offsets": limits.MAX_PARTITIONS, "latest_offsets": limits.MAX_PARTITIONS,
     "node_names": limits.MAX_NODES, "nodes": limits.MAX_NODES, "inputs": limits.MAX_NODES,
-    "finished_nodes": limits.MAX_NODES,
+    "finished_nodes": limits.MAX_NODES, "late_rows": limits.MAX_NODES,
     "checkpoints": limits.MAX_CHECKPOINTS,
     "savepoint_answers": limits.MAX_ANSWERS, "exports": limits.MAX_ANSWERS,
 }

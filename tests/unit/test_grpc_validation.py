@@ -405,3 +405,22 @@ def test_a_worker_whose_registration_is_refused_mid_run_stops(address, service, 
     never = threading.Event()
     assert supervise(live, SimpleNamespace(queries=lambda: ()), never, never, reporter.refused, lambda: None) \
         is RunEnd.FAILED
+
+
+def test_every_collection_a_worker_sends_has_a_bound():
+    """A repeated or map field missing from ``COLLECTIONS`` may hold nothing:
+    a worker sending one would be refused on every report."""
+    unbounded = set()
+
+    def walk(descriptor, seen: set) -> None:
+        if descriptor.full_name in seen:
+            return
+        seen.add(descriptor.full_name)
+        for field in descriptor.fields:
+            if field.is_repeated and field.name not in validation.COLLECTIONS:
+                unbounded.add(f"{descriptor.name}.{field.name}")
+            if field.message_type is not None and not field.message_type.GetOptions().map_entry:
+                walk(field.message_type, seen)
+    for request in (pb.RegisterRequest, pb.ProgressReport, pb.CheckpointCommit, pb.StandbyReport):
+        walk(request.DESCRIPTOR, set())
+    assert unbounded == set()

@@ -134,3 +134,77 @@ def test_finished_nodes_refuse_a_changed_graph_unless_forced(make_stack, tmp_pat
            {sym: want["trades"] for sym, want in expected.items()}
     copied = read_published(stack.config.output_dir / "copy").column("id").to_pylist()
     assert sorted(copied) == sorted(e["id"] for e in events)
+
+
+WINDOWED = '''
+    from worker import api as sp
+
+    trades = sp.read.from_log("trades", schema="id long, sym string, price double, size long, time timestamp",
+                              name="trades", watermark="time", lateness="5 seconds")
+    counts = {"trades": "count(1)", "volume": "sum(size)"}
+'''
+
+
+def timed_trades(ids: range, seconds_per_trade: float = 0.1) -> list[dict]:
+    """Trades of two symbols, in order, ``seconds_per_trade`` apart from
+    2026-01-01 in event time."""
+    return [{"id": i, "sym": ("AAPL", "IBM")[i % 2], "price": 1.0, "size": 1 + i % 7,
+             "time": f"2026-01-01T00:{int(i * seconds_per_trade) // 60:02d}:{i * seconds_per_trade % 60:06.3f}Z"}
+            for i in ids]
+
+
+def windows_published(stack, directory: str) -> dict[tuple, tuple[int, int]]:
+    rows = read_published(stack.config.output_dir / directory).to_pylist()
+    keys = [(row["sym"], row["window_start"].minute) for row in rows]
+    assert len(keys) == len(set(keys)), f"a final window published twice to {directory}"
+    return {key: (row["trades"], row["volume"]) for key, row in zip(keys, rows)}
+
+
+def minute_counts(trades: list[dict]) -> dict[tuple, tuple[int, int]]:
+    out: dict[tuple, list[int]] = {}
+    for trade in trades:
+        row = out.setdefault((trade["sym"], int(trade["time"][14:16])), [0, 0])
+        row[0] += 1
+        row[1] += trade["size"]
+    return {key: tuple(value) for key, value in out.items()}
+
+
+def test_a_window_kept_by_name_keeps_its_open_windows_and_a_renamed_one_starts_fresh(make_stack, tmp_path):
+    before, after = windowed(tmp_path, "bars", "minutes"), windowed(tmp_path, "bars", "minutes_v2")
+    stack = make_stack(workers=1, pipeline=before, **SETTINGS)
+    log = EventLog.create(stack.config.log_dir / "trades", 1)
+    first, second = timed_trades(range(0, 900)), timed_trades(range(900, 1800))     # 0-90 s, 90-180 s
+    log.append(0, first)
+    stack.start_controller()
+    stack.start_worker(0)
+    drained(stack, log, {"bars_out", "minutes_out"})
+    assert stack.stop("worker-0") == 0
+    # Minute 0 is final (the watermark passed 60 s); minute 1 (60-120 s) is open, in both nodes' state.
+    assert windows_published(stack, "bars") == minute_counts(first[:600])
+
+    log.append(0, second + [dict(second[-1], id=10**6, sym="CLOSE", time="2026-01-01T01:00:00.000Z")])
+    stack.start_worker(0, SP_PIPELINE=str(after))
+    drained(stack, log, {"bars_out", "minutes_out"})
+    wait_until(lambda: len(windows_published(stack, "bars")) == 6, timeout_s=120, what="minutes 1 and 2 emitted")
+    # bars kept its state: minute 1 has the trades from before the restart too.
+    assert windows_published(stack, "bars") == minute_counts(first + second)
+    # minutes_v2 started fresh (renamed): minute 1 holds only the trades after the restart.
+    wait_until(lambda: len(windows_published(stack, "minutes")) == 6, timeout_s=120, what="minutes_v2 emitting")
+    assert windows_published(stack, "minutes") == {**minute_counts(first[:600]), **minute_counts(second)}
+    worker_log = stack.services["worker-0"].log_path.read_text()
+    for node, action in (("bars", "keep"), ("minutes_v2", "fresh"), ("minutes", "drop")):
+        assert any(line.split()[:2] == [node, action] for line in worker_log.splitlines()), f"{node} {action}"
+
+
+def windowed(directory: Path, bars: str, minutes: str) -> Path:
+    """Two branches of one-minute windows to files, their window nodes named ``bars`` and ``minutes``."""
+    path = directory / f"{bars}_{minutes}.py"
+    path.write_text(textwrap.dedent(WINDOWED) + textwrap.dedent(f'''
+        sp.run(
+            trades | sp.window("time", "1 minute", counts, by="sym", name="{bars}")
+            | sp.write.to_files("bars", name="bars_out"),
+            trades | sp.window("time", "1 minute", counts, by="sym", name="{minutes}")
+            | sp.write.to_files("minutes", name="minutes_out"),
+        )
+    '''))
+    return path

@@ -139,8 +139,12 @@ def run(settings: WorkerSettings, standby: Standby | None, stop: threading.Event
     if settings.spark_ui_port is not None:
         log.info("Spark's UI: %s", spark.sparkContext.uiWebUrl)
     started = time.monotonic()
+    from worker.api.graph import PipelineError
+
     try:
         layout = pipeline_layout(pipeline, stateful_schemas(pipeline, spark))
+    except PipelineError as error:      # found by Spark's analysis: a window's column not a timestamp
+        exit_with_error(PROGRAM, f"{settings.pipeline}: {error}")
     except PySparkException as error:
         exit_with_error(PROGRAM, f"{settings.pipeline}: {summarize_error(str(error))}")
     log.info("pipeline layout derived in %.1f s", time.monotonic() - started)

@@ -7,6 +7,7 @@ events."""
 from __future__ import annotations
 
 import random
+import re
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -220,3 +221,18 @@ def test_deduplication_within_the_watermark_drops_duplicates_and_its_state_stops
     # The state holds the keys of the last lateness-and-a-batch, not all 600.
     assert max(states[5:]) <= 2 * LATENESS_S + 20 < len(delivered)
     assert states[-1] <= states[5] + 20
+
+
+@pytest.mark.parametrize("stream, needle", [
+    (lambda: sp.read.from_log("trades", schema="id long, sym string, time string", name="trades",
+                              watermark="time", lateness="5 seconds"),
+     "node 'trades': its watermark column 'time' is string, not a timestamp"),
+    (lambda: source() | sp.window("stamp", "1 minute", AGGREGATIONS, emit="updates", name="bars"),
+     "node 'bars': its window's time column 'stamp' is not among the columns"),
+])
+def test_an_event_time_column_that_is_missing_or_not_a_timestamp_is_refused_naming_the_node(spark, stream, needle):
+    from worker.stateplan.derive import stateful_schemas
+
+    pipeline = sp.Pipeline.of(stream() | sp.write.to_console(name="out"))
+    with pytest.raises(sp.PipelineError, match=re.escape(needle)):
+        stateful_schemas(pipeline, spark)

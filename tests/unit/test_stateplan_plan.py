@@ -186,6 +186,16 @@ def test_a_node_whose_state_no_longer_fits_is_refused_naming_the_change(schema, 
         remap_files(plan, {})
 
 
+def test_a_window_of_another_size_under_the_same_name_is_other_state():
+    def window(size: str) -> StateSchema:
+        key = (Column("window", "struct<start:timestamp,end:timestamp>", f"window(time, {size}, {size})"),) + SYM
+        return StateSchema(key, VWAP.value)
+    assert schema_changes(window("1 minute"), window("5 minutes")) == [
+        "key changed from (window struct<start:timestamp,end:timestamp> = window(time, 1 minute, 1 minute), "
+        "sym string) to (window struct<start:timestamp,end:timestamp> = window(time, 5 minutes, 5 minutes), "
+        "sym string)"]
+
+
 def test_schema_changes_lists_every_change():
     changed = StateSchema((Column("sym", "bigint"),), (Column("trades", "bigint", "count(1)"),))
     assert schema_changes(VWAP, changed) == [

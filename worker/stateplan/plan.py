@@ -72,15 +72,18 @@ class RestorePlan:
         return Counter(d.action for d in self.nodes)
 
 
-def _columns(columns: tuple[Column, ...]) -> str:
-    return ", ".join(f"{c.name} {c.type}" for c in columns)
+def _columns(columns: tuple[Column, ...], expressions: bool = False) -> str:
+    """Names and types; with ``expressions``, those a column has (a window
+    key's: its kind and durations)."""
+    return ", ".join(f"{c.name} {c.type}" + (f" = {c.expression}" if expressions and c.expression else "")
+                     for c in columns)
 
 
 def schema_changes(old: StateSchema, new: StateSchema) -> list[str]:
     """What changed between two states' columns, one phrase each; empty if nothing did."""
     changes = []
     if old.key != new.key:
-        changes.append(f"key changed from ({_columns(old.key)}) to ({_columns(new.key)})")
+        changes.append(f"key changed from ({_columns(old.key, True)}) to ({_columns(new.key, True)})")
     before = {c.name: c for c in old.value}
     after = {c.name: c for c in new.value}
     for name in before.keys() - after.keys():

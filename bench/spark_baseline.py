@@ -1,16 +1,23 @@
-"""The plain PySpark baseline of bench/throughput.py: pipelines/trades.py's
-computation written as a Spark user would, without Sparkpoint.
+"""The plain PySpark baseline of bench/throughput.py and bench/windows.py:
+an example pipeline's computation written as a Spark user would, without
+Sparkpoint.
 
     .venv/bin/python bench/spark_baseline.py --source json --input DIR --events N --batch N \
-        --work DIR --result FILE
+        --work DIR --result FILE [--computation trades|windows]
 
 Two streaming queries over one source, in one Spark session (local[2], 2
-shuffle partitions, no UI):
+shuffle partitions, no UI). ``--computation trades`` (pipelines/trades.py):
 
 - enrich (``trading.enrich``) -> Spark's built-in Parquet file sink (append);
 - per-symbol aggregate (``trading.VWAP_AGGREGATIONS``) + ``trading.add_vwap``,
   complete mode -> each batch's table overwritten with Spark's Parquet writer
   through ``foreachBatch`` (the file sink takes appends only);
+
+``--computation windows`` (pipelines/trades_windows.py's windows, both final):
+
+- one-minute bars per symbol (``trading.BAR_AGGREGATIONS`` + ``add_vwap``)
+  and a five-minute volume every minute, under a 10 s watermark on ``time``,
+  each to Spark's Parquet file sink (append: each window once);
 
 each with Spark's own ``checkpointLocation`` on local disk and the default
 trigger (the next batch as soon as the last is done).
@@ -39,14 +46,15 @@ sys.path[:0] = [str(REPO), str(REPO / "pipelines")]
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.streaming import StreamingQueryListener  # noqa: E402
-from trading import TRADE_SCHEMA, VWAP_AGGREGATIONS, add_vwap, enrich  # noqa: E402
+from trading import BAR_AGGREGATIONS, TRADE_SCHEMA, VWAP_AGGREGATIONS, add_vwap, enrich  # noqa: E402
 
-QUERIES = ("enriched", "vwap")
+QUERIES = {"trades": ("enriched", "vwap"), "windows": ("bars", "volume")}
+VOLUME_AGGREGATIONS = {"volume": "sum(size)", "trades": "count(1)"}
 
 
 class Collector(StreamingQueryListener):
-    def __init__(self) -> None:
-        self.progress: dict[str, list[dict]] = {name: [] for name in QUERIES}
+    def __init__(self, queries: tuple[str, ...]) -> None:
+        self.progress: dict[str, list[dict]] = {name: [] for name in queries}
 
     def onQueryStarted(self, event) -> None:
         pass
@@ -105,6 +113,19 @@ def start(df, work: Path):
     return [enriched, vwap]
 
 
+def start_windows(df, work: Path):
+    def windowed(name: str, window, aggregations: dict[str, str], then=lambda frame: frame):
+        grouped = df.withWatermark("time", "10 seconds").groupBy(window.alias("window"), "sym").agg(
+            *[F.expr(expr).alias(column) for column, expr in aggregations.items()])
+        rows = then(grouped.select(F.col("window.start").alias("window_start"),
+                                   F.col("window.end").alias("window_end"), "sym", *aggregations))
+        return (rows.writeStream.queryName(name).format("parquet").outputMode("append")
+                .option("path", str(work / "out" / name))
+                .option("checkpointLocation", str(work / "checkpoints" / name)).start())
+    return [windowed("bars", F.window("time", "1 minute"), BAR_AGGREGATIONS, add_vwap),
+            windowed("volume", F.window("time", "5 minutes", "1 minute"), VOLUME_AGGREGATIONS)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", choices=("json", "log"), required=True)
@@ -114,14 +135,17 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True, help="checkpoints and output go here")
     parser.add_argument("--result", type=Path, required=True)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--computation", choices=tuple(QUERIES), default="trades")
     args = parser.parse_args()
     spark = session()
-    collector = Collector()
+    collector = Collector(QUERIES[args.computation])
     spark.streams.addListener(collector)
     read = json_source if args.source == "json" else log_source
-    queries = start(read(spark, args.input, args.events, args.batch), args.work)
+    queries = (start if args.computation == "trades" else start_windows)(
+        read(spark, args.input, args.events, args.batch), args.work)
     deadline = time.monotonic() + args.timeout
-    while any(collector.rows(name) < args.events for name in QUERIES) and time.monotonic() < deadline:
+    while any(collector.rows(name) < args.events for name in QUERIES[args.computation]) \
+            and time.monotonic() < deadline:
         for query in queries:
             if query.exception():
                 raise SystemExit(f"query {query.name} failed: {query.exception()}")

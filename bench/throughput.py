@@ -34,7 +34,9 @@ there (marked partial). Checkpoint durations come from the controller's
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import random
 import shutil
 import statistics
 import subprocess
@@ -50,7 +52,7 @@ from bench.measure import StatusPoll, percentile, polled_rate, spark_rate  # noq
 from bench.report import overrides_text, publish_json, publish_table, unused_name  # noqa: E402
 from sparkpoint.devstack import REPO, LocalStack, StackConfig, free_port  # noqa: E402
 from sparkpoint.eventlog import EventLog, committed_end  # noqa: E402
-from sparkpoint.producer import write_trades  # noqa: E402
+from sparkpoint.producer import append_trades, trades  # noqa: E402
 from tests.support import get_json, log_tails  # noqa: E402
 from worker.settings import WorkerSettings  # noqa: E402
 
@@ -61,20 +63,31 @@ PARTITIONS = 4              # the producer's default
 REPORT_INTERVAL_MS = "100"
 JSON_FILES = 40             # the JSON copy: this many files of equal size
 WRITE_CHUNK = 200_000       # events generated at a time
+EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)     # of timed input (prepare)
 
 
 # -- the input, once --------------------------------------------------------------------
 
-def prepare(cache: Path, events: int) -> Path:
-    """``cache/<events>/log/trades`` and ``.../json/*.json``; reused when complete."""
-    root = cache / str(events)
+def prepare(cache: Path, events: int, per_event_second: int = 0) -> Path:
+    """``cache/<events>/log/trades`` and ``.../json/*.json``; reused when
+    complete. ``per_event_second``: the trades' event times are not the wall
+    clock's but ``per_event_second`` trades a second from 2026-01-01, each up
+    to 2 s out of order (for windows: minutes of event time)."""
+    root = cache / (f"{events}-timed{per_event_second}" if per_event_second else str(events))
     if (root / "ready").exists():
         return root
     shutil.rmtree(root, ignore_errors=True)
     log = EventLog.create(root / "log" / "trades", PARTITIONS)
     print(f"writing {events:,} events to {root} ...", flush=True)
+    generator = trades(seed=1)
+    skew = random.Random(1)
     for first in range(0, events, WRITE_CHUNK):
-        write_trades(log, min(WRITE_CHUNK, events - first))
+        chunk = [next(generator) for _ in range(min(WRITE_CHUNK, events - first))]
+        if per_event_second:
+            for event in chunk:
+                second = max(0.0, event["id"] / per_event_second - skew.uniform(0, 2))
+                event["time"] = (EPOCH + datetime.timedelta(seconds=second)).isoformat().replace("+00:00", "Z")
+        append_trades(log, chunk)
     lines = [line for p in range(PARTITIONS) for line in log.path(p).read_bytes().splitlines(keepends=True)]
     (root / "json").mkdir()
     size = -(-len(lines) // JSON_FILES)
@@ -86,13 +99,16 @@ def prepare(cache: Path, events: int) -> Path:
 
 # -- one run of a variant -----------------------------------------------------------------
 
-def run_spark(source: str, data: Path, work: Path, events: int, batch: int, limit: float) -> dict:
+def run_spark(source: str, data: Path, work: Path, events: int, batch: int, limit: float,
+              computation: str = "trades") -> dict:
+    """bench/spark_baseline.py over ``data`` (its JSON files, or its log), computing ``computation``."""
     result = work / "progress.json"
     directory = data / "json" if source == "json" else data / "log" / "trades"
     with open(work / "spark.log", "wb") as log:
         done = subprocess.run([sys.executable, str(REPO / "bench" / "spark_baseline.py"), "--source", source,
                                "--input", str(directory), "--events", str(events), "--batch", str(batch),
-                               "--work", str(work), "--result", str(result), "--timeout", str(limit)],
+                               "--work", str(work), "--result", str(result), "--timeout", str(limit),
+                               "--computation", computation],
                               cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode:
         raise RuntimeError(f"spark_baseline.py failed:\n{(work / 'spark.log').read_text()[-3000:]}")

@@ -81,7 +81,9 @@ class FeedingWorker:
             latest |= {"trades:1": 100 * batch + 250, "trades:3": 100 * batch + 1400}
         rate = 180 + 60 * ((seq // 4 + self.index) % 3)
         queries = tuple(QueryProgress(name, batch, offsets, rows_processed=150 * seq, rows_per_second=rate,
-                                      latest_offsets=latest, active=name != "history_out") for name in QUERIES)
+                                      latest_offsets=latest, active=name != "history_out",
+                                      late_rows={"vwap_state": 7} if name == "vwap_out" else {})
+                        for name in QUERIES)
         waiting = bool(self.sink_error)
         sinks = (SinkProgress("enriched_out", "PostgreSQL table trades_enriched (transactional)",
                               SinkContract.TRANSACTIONAL, SinkState.WAITING if waiting else SinkState.OK,
@@ -192,6 +194,9 @@ def test_the_page_shows_the_pipeline_and_follows_a_workers_state(controller, bro
         assert list(nodes) == [n.name for n in NODES]
         assert nodes["vwap_state"] == "node stateful" and nodes["history"] == "node finished"
         assert nodes["enrich"] == "node"
+        # Late rows: each node's, over every worker's queries.
+        assert text(browser, "#graph g[data-node=vwap_state] .badge") == "STATE · 14 late"
+        assert text(browser, "#graph g[data-node=history] .badge") == "FINISHED ✓"
         assert text(browser, '#sinks tr[data-sink="worker-0/vwap_out"]').startswith("worker-0 vwap_out")
         assert text(browser, f'#savepoints tr[data-savepoint="{savepoint["id"]}"]').startswith(
             f"{savepoint['id']} before v2")

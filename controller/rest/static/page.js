@@ -173,7 +173,7 @@ function renderGraph(pipeline, late) {
   for (const node of pipeline.nodes) {
     const { x, y } = at.get(node.name);
     const classes = ["node", node.stateful && "stateful", node.finished && "finished"].filter(Boolean).join(" ");
-    const dropped = late.has(node.name) ? ` · ${number(late.get(node.name))} late` : "";
+    const dropped = late.get(node.name) ? ` · ${number(late.get(node.name))} late` : "";
     const badge = node.finished ? "FINISHED ✓" : node.stateful ? `STATE${dropped}` : "";
     const title = node.name.length > 22 ? `${node.name.slice(0, 21)}…` : node.name;
     svg.append(el("svg:g", { class: classes, "data-node": node.name, transform: `translate(${x},${y})` },

@@ -23,6 +23,8 @@ file beside the sentinel. ``<point>:<n>:always`` fails every hit from the
 ``<point>:armed`` fails the next hit each time a file ``.fault-<point>.arm``
 appears in the directory (the hit removes it): a failure made from outside,
 when wanted (``bench/docker_recovery.py`` arms it in a running container).
+``<point>@<sink>`` counts only the hits of the sink so named (a publish's
+points name their sink): ``publish.postgres_written@bars_pg:3``.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ class FaultInjector:
         self.sentinel = Path(sentinel_dir) / f".fault-{point}"
         self._hits = 0
 
-    def hit(self, point: str) -> None:
-        """A kill point: SIGKILL the worker here, once."""
-        if not self.point or point != self.point or self.sentinel.exists():
+    def hit(self, point: str, sink: str = "") -> None:
+        """A kill point: SIGKILL the worker here, once. ``sink``: the sink
+        whose publish reached it (``<point>@<sink>`` counts only its hits)."""
+        if not self.point or self.point not in (point, f"{point}@{sink}") or self.sentinel.exists():
             return
         self._hits += 1
         if self._hits < self.nth:

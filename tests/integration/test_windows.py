@@ -45,13 +45,13 @@ class Run:
     events and runs every batch they make; ``rows`` is what it emitted, in
     order; ``late`` the late rows counted per node, as the worker counts them."""
 
-    def __init__(self, spark, root: Path, stream: sp.Stream) -> None:
+    def __init__(self, spark, root: Path, stream: sp.Stream, **env: str) -> None:
         self.root = root
         self.pipeline = sp.Pipeline.of(stream | sp.write.to_console(name="out"))
         [query] = self.pipeline.queries()
         self.log = EventLog.create(root / "log" / "trades", 1)
         settings = WorkerSettings.from_env({"SP_LOG_DIR": str(root / "log"), "SP_WORK_DIR": str(root / "work"),
-                                            "SP_MAX_RECORDS_PER_BATCH": "0"})
+                                            "SP_MAX_RECORDS_PER_BATCH": "0", **env})
         self.tracker = ProgressTracker(stateful_operators(self.pipeline))
         self.tracker.started("out")
         self.batches: list[list[dict]] = []
@@ -90,8 +90,8 @@ class Run:
 def run(spark, tmp_path):
     runs: list[Run] = []
 
-    def start(stream: sp.Stream) -> Run:
-        runs.append(Run(spark, tmp_path / f"run{len(runs)}", stream))
+    def start(stream: sp.Stream, **env: str) -> Run:
+        runs.append(Run(spark, tmp_path / f"run{len(runs)}", stream, **env))
         return runs[-1]
     yield start
     for started in runs:

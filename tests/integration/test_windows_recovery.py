@@ -4,6 +4,7 @@ window's emission (the bars' PostgreSQL transaction written, not committed),
 is restarted, SIGKILLed again at a random point and restarted. The final
 one-minute bars equal a batch computation over the on-time trades exactly,
 each once; the upserted sliding volumes too; late trades are in neither.
+Every trade, late ones too, is in the table joined with its sector, once.
 
 The trades are written beforehand, their event times ten a second, each up
 to 4 s out of order (within the 10 s lateness: never late), and one in fifty
@@ -34,7 +35,9 @@ from tests.support import alive, all_published, caught_up, get_json, killed_by_f
 pytestmark = pytest.mark.integration
 
 PIPELINE = REPO / "pipelines" / "trades_windows.py"
-QUERIES = {"bars_pg", "volume_pg"}
+QUERIES = {"bars_pg", "volume_pg", "sectors_pg"}
+SECTORS = {"AAPL": "Technology", "MSFT": "Technology", "GOOG": "Communication", "AMZN": "Consumer",
+           "NVDA": "Technology", "META": "Communication", "TSLA": "Consumer", "IBM": "Technology"}
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 EVENTS = 6000
 LATE_S = 400
@@ -114,12 +117,14 @@ def test_a_worker_killed_inside_a_window_emission_and_at_random_points_emits_eve
     log = EventLog.create(stack.config.log_dir / "trades", 1)
     written, on_time = disordered_trades(seed)
     log.append(0, written)
+    with psycopg.connect(database, autocommit=True) as conn:       # the example's reference table
+        conn.execute((REPO / "pipelines" / "symbols.sql").read_text())
     stack.start_controller()
 
     # 1. The worker SIGKILLs itself inside its 3rd emission of bars: written
     #    in the publish's transaction, not committed.
-    stack.start_worker(0, SP_TEST_FAULT="publish.postgres_written:3")
-    wait_until(lambda: killed_by_fault(stack, "publish.postgres_written"), timeout_s=420,
+    stack.start_worker(0, SP_TEST_FAULT="publish.postgres_written@bars_pg:3")
+    wait_until(lambda: killed_by_fault(stack, "publish.postgres_written@bars_pg"), timeout_s=420,
                what="the fault sentinel to kill the worker inside a bars publish")
 
     # 2. Restarted, it is SIGKILLed again once it has published a few more batches of bars.
@@ -159,3 +164,9 @@ def test_a_worker_killed_inside_a_window_emission_and_at_random_points_emits_eve
         volumes = {(sym, utc(start)): (volume, count) for sym, start, volume, count in conn.execute(
             "SELECT sym, window_start, volume, trades FROM volume_5m WHERE sym <> 'CLOSE'")}
     assert volumes == expected_volumes(on_time)
+
+    with psycopg.connect(database) as conn:
+        joined = list(conn.execute("SELECT id, sym, sector FROM trades_by_sector"))
+    assert len(joined) == len({row[0] for row in joined}), "trades joined twice"
+    assert {row[0]: (row[1], row[2]) for row in joined} == {e["id"]: (e["sym"], SECTORS.get(e["sym"]))
+                                                            for e in written}

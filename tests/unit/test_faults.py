@@ -49,3 +49,16 @@ def test_armed_fires_once_per_arming(tmp_path):
         assert not arm.exists()
         faults.fail("staging.commit", "the next batch")          # fired once per arming
     assert not (tmp_path / ".fault-staging.commit").exists()     # never done for good
+
+
+def test_a_kill_point_named_after_a_sink_counts_only_that_sinks_hits(tmp_path, monkeypatch):
+    killed = []
+    monkeypatch.setattr("sparkpoint.faults.os.kill", lambda pid, sig: killed.append(sig))
+    monkeypatch.setattr("sparkpoint.faults.os.killpg", lambda group, sig: killed.append(sig))
+    faults = FaultInjector("publish.postgres_written@bars_pg:2", tmp_path)
+    for _ in range(3):
+        faults.hit("publish.postgres_written", "sectors_pg")      # another sink's publishes
+    faults.hit("publish.postgres_written", "bars_pg")
+    assert killed == []
+    faults.hit("publish.postgres_written", "bars_pg")
+    assert killed and (tmp_path / ".fault-publish.postgres_written@bars_pg").exists()

@@ -475,3 +475,31 @@ def test_updates_into_a_sink_that_appends_are_refused_naming_the_node_and_the_si
         sp.run(source | sp.aggregate("sym", {"n": "count(1)"}, emit="updates", name="agg") | sink())
     with pytest.raises(sp.PipelineError, match=r"sp.aggregate\(emit='changes'\): emit is 'updates'"):
         sp.aggregate("sym", {"n": "count(1)"}, emit="changes")
+
+
+# --- joins with a reference table -------------------------------------------------------
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda: sp.read.table_from_postgres("Symbols", schema="sym string"), "table_from_postgres('Symbols'): a table"),
+    (lambda: sp.read.table_from_postgres("symbols", schema=""), "table_from_postgres('symbols'): schema is"),
+    (lambda: sp.join(sp.read.from_log("s", schema=SCHEMA), on="sym"), "sp.join() joins a reference table"),
+    (lambda: sp.join(sp.read.table_from_postgres("symbols", schema="sym string"), on=[]),
+     "sp.join('symbols'): on is the column(s) to join on"),
+    (lambda: sp.join(sp.read.table_from_postgres("symbols", schema="sym string"), on="sym", how="right"),
+     "sp.join('symbols'): how is 'left'"),
+])
+def test_join_arguments_are_checked_naming_the_table(make, needle):
+    with pytest.raises(sp.PipelineError, match=re.escape(needle)):
+        make()
+
+
+def test_a_join_is_a_stateless_node_whose_table_is_part_of_the_fingerprint():
+    def pipeline(table: str) -> sp.Pipeline:
+        symbols = sp.read.table_from_postgres(table, schema="sym string, sector string")
+        return sp.Pipeline.of(sp.read.from_log("trades", schema=SCHEMA, name="trades")
+                              | sp.join(symbols, on="sym", name="sectors") | sp.write.to_files("out", name="out"))
+    joined = pipeline("ref.symbols")
+    assert joined.node("sectors").params == {"table": "ref.symbols", "schema": "sym string, sector string",
+                                             "on": ["sym"], "how": "left"}
+    assert not joined.node("sectors").is_stateful and output_mode(joined.queries()[0]) == "append"
+    assert joined.fingerprint() != pipeline("symbols").fingerprint()

@@ -290,6 +290,15 @@ def test_kafka_is_not_configured_by_default_and_a_kafka_source_needs_it():
     assert "source trades reads Kafka topic(s) trades" in str(error)
 
 
+def test_a_reference_table_needs_postgres():
+    table = sp.read.table_from_postgres("symbols", schema="sym string, sector string")
+    pipeline = sp.run(sp.read.from_log("t", schema="sym string") | sp.join(table, on="sym", name="sectors")
+                      | sp.write.to_console(name="out"))
+    error = settings_error(lambda: check_sources(pipeline, WorkerSettings.from_env({})), "SP_PG_HOST")
+    assert "node sectors joins the PostgreSQL table symbols" in str(error)
+    check_sources(pipeline, WorkerSettings.from_env({"SP_PG_HOST": "db"}))
+
+
 def test_a_kafka_sink_needs_brokers_and_checkpoints_and_a_transaction_timeout_beyond_a_take_over():
     pipeline = sp.run(sp.read.from_log("t", schema="sym string") | sp.write.to_kafka("out", name="enriched_kafka"))
     error = settings_error(lambda: check_sinks(pipeline, WorkerSettings.from_env({})), "SP_KAFKA_BOOTSTRAP")

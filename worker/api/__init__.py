@@ -19,16 +19,15 @@ from typing import Any
 
 from worker.api.eventtime import session_window, watermark, watermark_params, window
 from worker.api.graph import Node, Operator, Pipeline, PipelineError, Stream
+from worker.api.joins import TABLE_PATTERN, Table, join, table_from_postgres
 from worker.api.loader import record_pipeline
 
 __all__ = ["read", "write", "map", "filter", "aggregate", "deduplicate", "watermark", "window", "session_window",
-           "run", "Pipeline", "PipelineError"]
+           "join", "run", "Pipeline", "PipelineError", "Table"]
 
 KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # The record fields from_kafka(metadata=...) adds as columns, in their order.
 KAFKA_METADATA = ("key", "topic", "partition", "offset", "timestamp")
-
-TABLE_PATTERN = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
 
 class _Read:
@@ -109,6 +108,8 @@ class _Read:
             params["metadata"] = [field for field in KAFKA_METADATA if field in metadata]
         params.update(_source_watermark(label, watermark, lateness))
         return Stream((Node("source.kafka", params, name),))
+
+    table_from_postgres = staticmethod(table_from_postgres)
 
 
 def _source_watermark(label: str, column: str | None, lateness: str | None) -> dict[str, str]:

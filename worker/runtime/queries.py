@@ -13,6 +13,7 @@ Python runs in the tasks after the source.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from worker.sinks.staging import BatchStager
 from worker.sources.kafka import initial_offsets_file, read_kafka
 from worker.sources.kafka.losses import losses_file
 from worker.sources.log_source import read_log
+from worker.sources.tables import connection_file, read_table
 
 
 def source_logs(pipeline: Pipeline, settings: WorkerSettings) -> list[Path]:
@@ -64,6 +66,10 @@ def _require_timestamp(df: DataFrame, node: Node, column: str, what: str) -> Non
                             "(F.to_timestamp)")
 
 
+def _empty_table(spark: SparkSession) -> Callable[[Node], DataFrame]:
+    return lambda node: spark.createDataFrame([], node.params["schema"])
+
+
 def _aggregations(node: Node) -> list:
     return [F.expr(expr).alias(column) for column, expr in node.params["aggregations"].items()]
 
@@ -81,9 +87,14 @@ def _window(df: DataFrame, node: Node) -> DataFrame:
                           *params["by"], *params["aggregations"])
 
 
-def apply_node(df: DataFrame, node: Node) -> DataFrame:
+def apply_node(df: DataFrame, node: Node, table: Callable[[Node], DataFrame] | None = None) -> DataFrame:
+    """``df`` through ``node``; ``table``: a join's reference table as a
+    DataFrame (default: empty, with its schema: enough for analysis)."""
     if node.kind == "watermark":
         return event_time(df, node)
+    if node.kind == "join_table":
+        static = (table or _empty_table(df.sparkSession))(node)
+        return df.join(static, on=node.params["on"], how=node.params["how"])
     if node.kind == "window":
         return _window(df, node)
     if node.kind == "map":
@@ -122,8 +133,11 @@ def checkpoint_phase_ms(settings: WorkerSettings) -> float:
 
 
 def check_sources(pipeline: Pipeline, settings: WorkerSettings) -> None:
-    """Refuse, naming the setting, a source that cannot be read as configured."""
+    """Refuse, naming the setting, a source (or a reference table) that cannot be read as configured."""
     for node in pipeline.nodes():
+        if node.kind == "join_table" and settings.postgres is None:
+            raise SettingsError("SP_PG_HOST", f"node {node.name} joins the PostgreSQL table {node.params['table']}: "
+                                              "set SP_PG_HOST (or SP_PG_DSN)")
         if node.kind == "source.kafka" and settings.kafka is None:
             raise SettingsError("SP_KAFKA_BOOTSTRAP", f"source {node.name} reads Kafka topic(s) "
                                                       f"{', '.join(node.params['topics'])}: set SP_KAFKA_BOOTSTRAP")
@@ -178,9 +192,13 @@ def query_frame(spark: SparkSession, query: Query, settings: WorkerSettings, cap
     watermark), then each node before its sinks. ``cap`` and ``records`` as
     ``_read`` takes them."""
     source, *transforms = query.stem
+
+    def table(node: Node) -> DataFrame:
+        connection = connection_file(settings.work_dir, settings.postgres or "")
+        return read_table(spark, node.params["table"], node.params["schema"], connection)
     df = event_time(_read(spark, source, settings, cap, records), source)
     for node in transforms:
-        df = apply_node(single_partition(df, node, settings), node)
+        df = apply_node(single_partition(df, node, settings), node, table)
     return df
 
 

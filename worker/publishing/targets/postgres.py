@@ -294,7 +294,7 @@ class PostgresTransactionalTarget:
                     _copy(conn, table_identifier(self.table), rows, constants)
                 # 5.
                 self._write_mark(conn, mark)
-                self._faults.hit("publish.postgres_written")
+                self._faults.hit("publish.postgres_written", self.sink)
             # 6. (leaving the block commits; a rolled-back step 1 lands here too)
         if moved:
             return Outcome.MARK_MOVED

@@ -163,6 +163,11 @@ def all_published(status: dict) -> bool:
     return bool(workers)
 
 
+# pipelines/symbols.sql's reference table: each producer symbol's sector.
+SECTORS = {"AAPL": "Technology", "MSFT": "Technology", "GOOG": "Communication", "AMZN": "Consumer",
+           "NVDA": "Technology", "META": "Communication", "TSLA": "Consumer", "IBM": "Technology"}
+
+
 def expected_vwap(events: list[dict]) -> dict[str, dict[str, float]]:
     """The per-symbol aggregates, computed in one batch over the whole input."""
     result: dict[str, dict[str, float]] = {}

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import docker
 from sparkpoint.stack_secrets import ensure_compose_secrets
+from tests.chaos.windows_check import compared
 from tests.kafkaserver import CONSUMER_CONFIG, read_committed
-from tests.support import expected_vwap, get_json
+from tests.support import SECTORS, expected_vwap, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_SERVICES = ("worker-0", "worker-1", "standby")     # containers that run a worker index, or stand by
@@ -64,15 +65,18 @@ print(json.dumps({
     'pg_vwap': pg['vwap'],
 }))
 """
-# The default stack: the event log against the files sink.
-_READ_RESULTS = """
+# The event log's complete records.
+_LOG_EVENTS = """
 import json, pathlib
-from worker.publishing.targets.files import read_published
 events = []
 for path in sorted(pathlib.Path('/log/trades').glob('p-*.jsonl')):
     data = path.read_bytes()
     data = data[: data.rfind(b'\\n') + 1]
     events += [json.loads(line) for line in data.splitlines()]
+"""
+# The default stack: the event log against the files sink.
+_READ_RESULTS = _LOG_EVENTS + """
+from worker.publishing.targets.files import read_published
 enriched = read_published(pathlib.Path('/out/trades_enriched'))
 outputs = {'files': enriched.column('id').to_pylist() if enriched is not None else []}
 """ + _RESULTS_TAIL
@@ -95,6 +99,27 @@ def records(topic):
 events = records('trades')
 outputs = {'kafka': [record['id'] for record in records('trades_enriched')]}
 """ + _RESULTS_TAIL
+
+
+# pipelines/trades_windows.py: the event log against its three tables,
+# compared in the container (tests/chaos/windows_check.py, sent along).
+_READ_WINDOWS_RESULTS = _LOG_EVENTS + """
+import psycopg
+%(compared)s
+tables = {}
+with psycopg.connect(%(dsn)r, connect_timeout=5) as conn:
+    for name, query in (
+            ('bars', 'SELECT sym, extract(epoch FROM window_start)::float8, open, high, low, close, volume, trades, '
+                     'notional FROM bars_1m'),
+            ('volumes', 'SELECT sym, extract(epoch FROM window_start)::float8, volume, trades FROM volume_5m'),
+            ('joined', 'SELECT id, sym, sector FROM trades_by_sector')):
+        try:
+            with conn.transaction():
+                tables[name] = [tuple(row) for row in conn.execute(query)]
+        except psycopg.errors.UndefinedTable:
+            tables[name] = []
+print(json.dumps(compared(events, tables['bars'], tables['volumes'], tables['joined'], %(sectors)r)))
+"""
 
 
 def docker_time(stamp: str) -> float:
@@ -281,6 +306,20 @@ class ComposeStack:
         return self.on_data_network(
             _READ_RESULTS % {"dsn": self._dsn(), "expected_vwap": inspect.getsource(expected_vwap)},
             ("eventlog", "output"))
+
+    def windows_results(self) -> dict:
+        """``pipelines/trades_windows.py``'s tables against the event log
+        (``windows_check.compared``); raises while PostgreSQL is unreachable."""
+        return self.on_data_network(_READ_WINDOWS_RESULTS % {
+            "dsn": self._dsn(), "compared": inspect.getsource(compared), "sectors": SECTORS}, ("eventlog",))
+
+    def psql(self, statements: str) -> None:
+        """Run ``statements`` in the stack's database as the sink role,
+        over the PostgreSQL container's local socket."""
+        user, db = self.env.get("POSTGRES_USER", "sparkpoint"), self.env.get("POSTGRES_DB", "sparkpoint")
+        done = self.container("postgres").exec_run(["psql", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", db,
+                                                    "-c", statements])
+        assert done.exit_code == 0, done.output.decode(errors="replace")
 
     def save_logs(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,9 @@ import pytest
 from psycopg import sql
 
 from sparkpoint.devstack import LocalStack, StackConfig, free_port
+from tests.integration.queries import Run
 from tests.support import body_failed, log_tails
+from worker import api as sp
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +78,18 @@ def database(postgres) -> str:
     with psycopg.connect(postgres.dsn_for("postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return postgres.dsn_for(name)
+
+
+@pytest.fixture
+def run(spark, tmp_path):
+    """Start ``Run``s of streams (``start(stream, **env)``); stops them afterwards."""
+    runs: list[Run] = []
+
+    def start(stream: sp.Stream, **env: str) -> Run:
+        runs.append(Run(spark, tmp_path / f"run{len(runs)}", stream, **env))
+        return runs[-1]
+    yield start
+    for started in runs:
+        started.stop()
+
+

@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.integration.test_windows import SCHEMA, event, run  # noqa: F401 - the fixture
+from tests.integration.queries import SCHEMA, event
 from worker import api as sp
 
 pytestmark = pytest.mark.integration

@@ -30,14 +30,13 @@ from sparkpoint.devstack import REPO
 from sparkpoint.eventlog import EventLog
 from sparkpoint.producer import trades
 from tests.integration.pg_pipeline import SETTINGS, sink, worker
-from tests.support import alive, all_published, caught_up, get_json, killed_by_fault, wait_until
+from tests.support import SECTORS, alive, all_published, caught_up, get_json, killed_by_fault, wait_until
 
 pytestmark = pytest.mark.integration
 
 PIPELINE = REPO / "pipelines" / "trades_windows.py"
 QUERIES = {"bars_pg", "volume_pg", "sectors_pg"}
-SECTORS = {"AAPL": "Technology", "MSFT": "Technology", "GOOG": "Communication", "AMZN": "Consumer",
-           "NVDA": "Technology", "META": "Communication", "TSLA": "Consumer", "IBM": "Technology"}
+
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 EVENTS = 6000
 LATE_S = 400

@@ -315,10 +315,10 @@ class ComposeStack:
 
     def psql(self, statements: str) -> None:
         """Run ``statements`` in the stack's database as the sink role,
-        over the PostgreSQL container's local socket."""
+        over the PostgreSQL container's local socket (in /tmp, docker/postgres/entrypoint.sh)."""
         user, db = self.env.get("POSTGRES_USER", "sparkpoint"), self.env.get("POSTGRES_DB", "sparkpoint")
-        done = self.container("postgres").exec_run(["psql", "-v", "ON_ERROR_STOP=1", "-U", user, "-d", db,
-                                                    "-c", statements])
+        done = self.container("postgres").exec_run(["psql", "-h", "/tmp", "-v", "ON_ERROR_STOP=1", "-U", user,
+                                                    "-d", db, "-c", statements])
         assert done.exit_code == 0, done.output.decode(errors="replace")
 
     def save_logs(self, directory: Path) -> None:

@@ -364,7 +364,7 @@ def test_the_windows_pipeline_through_worker_and_postgres_crashes_emits_every_ba
     crashes = drawn(lone_worker_crashes)
     compose = stack(**WINDOWS_SETTINGS)
     compose.up("postgres")
-    wait_until(lambda: compose.container("postgres").exec_run(["pg_isready", "-q"]).exit_code == 0,
+    wait_until(lambda: compose.container("postgres").exec_run(["sparkpoint-postgres", "healthcheck"]).exit_code == 0,
                timeout_s=120, what="PostgreSQL to take connections")
     compose.psql((REPO / "pipelines" / "symbols.sql").read_text())     # the join's reference table
     services = ("worker-0", "standby")

@@ -187,21 +187,6 @@ class ComposeStack:
                     raise
                 print(f"{service}: pause attempt {attempt} failed ({error}); trying again")
 
-    def restart_cut_off(self, service: str, network: str, *, timeout_s: int = 30) -> None:
-        """Restart ``service`` cleanly with no client able to reach it: cut
-        its container off ``network``, stop it (SIGTERM, up to ``timeout_s``),
-        join it again under its service name, start it. A real broker's
-        clean stop loses nothing it acknowledged; the test broker
-        acknowledges records for a few milliseconds after its last save
-        (tests/integration/test_kafka_broker.py), which the cut leaves
-        nobody to send. Its clients see it gone, then back, as in a restart."""
-        container = self.container(service)
-        attached = self.client.networks.get(f"{self.project}_{network}")
-        attached.disconnect(container)
-        container.stop(timeout=timeout_s)
-        attached.connect(container, aliases=[service])
-        container.start()
-
     def runner_of(self, index: int) -> str:
         """The worker service whose container holds index ``index``'s
         checkpoint lock: the holder names its host -- its container's short

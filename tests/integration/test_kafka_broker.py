@@ -21,8 +21,7 @@ must fail here, not let a source or sink test pass.
   each at its offset (offsets are never given to other records: a source
   positioned past one would skip the new one). What this broker does not
   keep: records it acknowledges *during* its stop, a few milliseconds after
-  its last save; the chaos test cuts its clients off before stopping it
-  (``ComposeStack.restart_cut_off``).
+  its last save; the chaos test stops the producer before restarting it.
 """
 
 from __future__ import annotations

@@ -71,6 +71,14 @@ def test_tombstones_are_skipped_and_the_metadata_stays_with_its_record():
     assert [(r["id"], r["kafka_offset"]) for r in batch.to_pylist()] == [(1, 40), (3, 44)]
 
 
+def test_dates_parse_from_iso_strings_and_a_bad_one_fails_naming_the_records():
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("day", pa.date32())])
+    batch = to_batch(chunk([b'{"id": 1, "day": "2026-12-07"}', b'{"id": 2}']), schema, ())
+    assert batch.to_pylist() == [{"id": 1, "day": dt.date(2026, 12, 7)}, {"id": 2, "day": None}]
+    with pytest.raises(MalformedRecord, match=r"offsets 40 to 40: the values do not fit the schema .*2026-13-07"):
+        to_batch(chunk([b'{"id": 1, "day": "2026-13-07"}']), schema, ())
+
+
 def test_a_pretty_printed_value_is_one_record():
     value = json.dumps({"id": 7, "sym": "B"}, indent=2).encode()
     assert to_batch(chunk([value, b'{"id": 8}']), pa.schema(PAYLOAD), ()).column("id").to_pylist() == [7, 8]
@@ -86,10 +94,11 @@ def test_what_the_kafka_sink_writes_the_kafka_source_reads_back_into_the_same_va
     from worker.publishing.targets.kafka import encode, encode_key
 
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("sym", pa.string()), pa.field("price", pa.float64()),
-                        pa.field("ok", pa.bool_()), pa.field("time", pa.timestamp("us", tz="UTC"))])
+                        pa.field("ok", pa.bool_()), pa.field("time", pa.timestamp("us", tz="UTC")),
+                        pa.field("day", pa.date32())])
     rows = [{"id": 1, "sym": "Zürich", "price": 0.1, "ok": True,
-             "time": dt.datetime(2026, 12, 7, 10, 0, 0, 1, tzinfo=dt.timezone.utc)},
-            {"id": 2, "sym": None, "price": None, "ok": None, "time": None}]
+             "time": dt.datetime(2026, 12, 7, 10, 0, 0, 1, tzinfo=dt.timezone.utc), "day": dt.date(2026, 12, 7)},
+            {"id": 2, "sym": None, "price": None, "ok": None, "time": None, "day": None}]
     staged = pa.Table.from_pylist(rows, schema=schema)          # as the sink reads a staged batch
     assert to_batch(chunk([encode(row) for row in staged.to_pylist()]), schema, ()).to_pylist() == rows
     assert [encode_key(v) for v in ("IBM", 7, None)] == [b"IBM", b"7", None]

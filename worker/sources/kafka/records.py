@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 # The record's own fields a source can add as columns (``metadata=``), and their types.
@@ -54,11 +55,17 @@ class Chunk:
 
 
 def _parse(chunk: Chunk, values: list[bytes], payload: pa.Schema) -> pa.Table:
+    """pyarrow's JSON reader takes dates only as numbers: a date column is
+    read as a string, then cast (ISO ``YYYY-MM-DD``, as Spark writes dates)."""
     data = b"\n".join(values)
-    options = pa_json.ParseOptions(explicit_schema=payload, unexpected_field_behavior="ignore",
+    dates = {f.name: f.type for f in payload if pa.types.is_date(f.type)}
+    read = pa.schema([f.with_type(pa.string()) if f.name in dates else f for f in payload])
+    options = pa_json.ParseOptions(explicit_schema=read, unexpected_field_behavior="ignore",
                                    newlines_in_values=b"\n" in data and len(values) > 1)
     try:
         table = pa_json.read_json(io.BytesIO(data), parse_options=options)
+        for name, type_ in dates.items():
+            table = table.set_column(table.schema.get_field_index(name), name, pc.cast(table[name], type_))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         raise MalformedRecord(_which(chunk, str(error))) from None
     if table.num_rows != len(values):

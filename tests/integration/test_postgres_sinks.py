@@ -140,7 +140,7 @@ class PausedAt:
         self.reached = threading.Event()
         self.released = threading.Event()
 
-    def hit(self, point: str) -> None:
+    def hit(self, point: str, sink: str = "") -> None:
         if point == self.point:
             self.reached.set()
             self.released.wait()

@@ -61,9 +61,6 @@ def test_a_watermark_node_serves_a_column_a_map_derives():
     (lambda: trades() | sp.deduplicate("id", within_watermark=True, name="dedup"),
      "node 'dedup': deduplicate(within_watermark=True) forgets keys once the watermark passes them, and no "
      "watermark is declared before it"),
-    (lambda: watermarked() | sp.aggregate("sym", {"n": "count(1)"}, name="totals")
-     | sp.window("time", "1 minute", BARS, name="bars"),
-     "node 'bars': a branch aggregates once, and 'totals' already does"),
     (lambda: watermarked() | sp.window("time", "1 minute", BARS, emit="updates", name="bars"),
      "node 'bars': emit='updates' writes only the keys each batch changed, but sink 'out' (files) appends what "
      "it is given, so a key would get a row per change: use emit='final' (each window once"),

@@ -184,17 +184,10 @@ def _check_emit(branch: Stream) -> None:
 
 
 def _check_event_time(branch: Stream) -> None:
-    """What needs a watermark has one upstream, on its own column; one
-    aggregation per branch (Spark's update and complete modes allow one)."""
+    """What needs a watermark has one upstream, on its own column."""
     watermark: str | None = None
-    aggregation: Node | None = None
     for node in branch.nodes:
         watermark = node.watermark or watermark
-        if node.is_aggregation:
-            if aggregation is not None:
-                raise PipelineError(f"node {node.name!r}: a branch aggregates once, and {aggregation.name!r} already "
-                                    "does: write the first aggregation to a sink and read it from there")
-            aggregation = node
         if node.kind == "window" and node.params["emit"] == "final" and watermark != node.params["time"]:
             raise PipelineError(
                 f"node {node.name!r}: a final window is emitted when the watermark passes its end, and "

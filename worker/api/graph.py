@@ -194,7 +194,7 @@ def _check_event_time(branch: Stream) -> None:
                 + (f"the watermark is on {watermark!r}, not {node.params['time']!r}" if watermark else
                    "no watermark is declared before it")
                 + f": declare one on {node.params['time']!r} (watermark=/lateness= on the source, or "
-                  "sp.watermark()), or emit='updates'")
+                  "sp.watermark())" + ("" if "gap" in node.params else ", or emit='updates'"))
         if node.kind == "deduplicate" and node.params.get("within_watermark") and watermark is None:
             raise PipelineError(f"node {node.name!r}: deduplicate(within_watermark=True) forgets keys once the "
                                 "watermark passes them, and no watermark is declared before it: declare one "

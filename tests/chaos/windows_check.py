@@ -54,7 +54,7 @@ def compared(events: list[dict], bars: list[tuple], volumes: list[tuple], joined
     due = {key for key in expected if key[1] + 60 <= watermark - 1}
     not_due = {key for key in expected if key[1] + 60 > watermark + 1}
     wrong = sorted(str(key) for key in due & got.keys()
-                   if got[key][:6] != expected[key][:6] or abs(got[key][6] - expected[key][6]) > 1e-6 * expected[key][6])
+                   if got[key][:6] != expected[key][:6] or abs(got[key][6] - expected[key][6]) > 1e-9 * expected[key][6])
     stored = {(sym, start): (volume, trades) for sym, start, volume, trades in volumes}
     syms = {e["id"]: e["sym"] for e in events}
     ids = Counter(row[0] for row in joined)
